@@ -1,0 +1,35 @@
+package api
+
+import (
+	"context"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// JobService is what the HTTP API needs from the job service. *job.Service
+// implements it.
+type JobService interface {
+	// Submit records and enqueues a call. Errors: job.ErrQueueFull,
+	// job.ErrInvalid (wrapped, message names the problem),
+	// tools.ErrUnknownTool (wrapped), *tools.ValidationError,
+	// job.ErrShutdown. With an idempotency key already used by the tenant it
+	// returns the existing job and created=false.
+	Submit(ctx context.Context, tenant string, req job.SubmitRequest) (j *job.Job, created bool, err error)
+	// Get returns a tenant's job; another tenant's job is job.ErrNotFound.
+	Get(ctx context.Context, tenant, id string) (*job.Job, error)
+	List(ctx context.Context, tenant string, f job.ListFilter) (jobs []*job.Job, next string, err error)
+	// Cancel stops a queued or running job; cancelling a terminal job
+	// returns it unchanged.
+	Cancel(ctx context.Context, tenant, id string) (*job.Job, error)
+	// Wait blocks until the job is terminal or ctx ends (then it returns
+	// the current snapshot and ctx.Err()).
+	Wait(ctx context.Context, tenant, id string) (*job.Job, error)
+	// Subscribe replays the job's events so far and then streams new ones;
+	// the channel closes after the finished event or when ctx ends.
+	Subscribe(ctx context.Context, tenant, id string) (<-chan job.Event, error)
+	Registry() *tools.Registry
+	// QueueRetryAfter estimates when a full queue will have room (for the
+	// Retry-After header).
+	QueueRetryAfter() int
+}

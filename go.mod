@@ -1,0 +1,3 @@
+module github.com/sandboxd/sandboxd
+
+go 1.26.8

@@ -1,0 +1,110 @@
+// Package job owns the lifecycle of tool calls: admission (bounded queue,
+// worker pool), idempotency, durable records in a Store, execution through
+// a runner, cancellation, events and crash recovery.
+package job
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// State of a job. queued → running → succeeded | failed | cancelled.
+type State string
+
+const (
+	StateQueued    State = "queued"
+	StateRunning   State = "running"
+	StateSucceeded State = "succeeded"
+	StateFailed    State = "failed"
+	StateCancelled State = "cancelled"
+)
+
+// Terminal reports whether no further transition can happen.
+func (s State) Terminal() bool {
+	return s == StateSucceeded || s == StateFailed || s == StateCancelled
+}
+
+// Reasons recorded on failed or cancelled jobs.
+const (
+	ReasonLost      = "lost"      // the daemon died while the job ran
+	ReasonCancelled = "cancelled" // a client cancelled it
+	ReasonTimeout   = "timeout"
+	ReasonToolError = "tool_error"
+	ReasonInternal  = "internal"
+	ReasonShutdown  = "shutdown"
+)
+
+// Job is one tool call and its outcome.
+type Job struct {
+	ID             string          `json:"id"`
+	Tenant         string          `json:"tenant"`
+	Tool           string          `json:"tool"`
+	CallID         string          `json:"call_id"`
+	Args           json.RawMessage `json:"args"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Runner         string          `json:"runner,omitempty"`
+	Limits         runner.Limits   `json:"limits"`
+	State          State           `json:"state"`
+	Reason         string          `json:"reason,omitempty"`
+	Result         *tools.Result   `json:"result,omitempty"`
+	Attempts       int             `json:"attempts"`
+	CreatedAt      time.Time       `json:"created_at"`
+	StartedAt      *time.Time      `json:"started_at,omitempty"`
+	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+}
+
+// SubmitRequest is a validated-at-the-edge request to run one tool call.
+type SubmitRequest struct {
+	// Call is the model's tool call; Arguments may be a JSON string or an
+	// object (tools.ParseCall repairs and validates it).
+	Call           tools.Call
+	IdempotencyKey string
+	// Limits may only lower the operator's ceilings; a value above a
+	// ceiling is an error (ErrInvalid).
+	Limits runner.Limits
+}
+
+// ListFilter selects jobs of one tenant, newest first.
+type ListFilter struct {
+	Tool  string
+	State State
+	// Limit defaults to 50, at most 500.
+	Limit int
+	// Cursor is the opaque next-page token from a previous List.
+	Cursor string
+}
+
+// EventType names a job event on the SSE stream.
+type EventType string
+
+const (
+	EventQueued   EventType = "queued"
+	EventStarted  EventType = "started"
+	EventStdout   EventType = "stdout"
+	EventStderr   EventType = "stderr"
+	EventFinished EventType = "finished"
+)
+
+// Event is one step in a job's life.
+type Event struct {
+	Seq  int       `json:"seq"`
+	Type EventType `json:"type"`
+	Time time.Time `json:"time"`
+	// Data is the output chunk for stdout/stderr events.
+	Data string `json:"data,omitempty"`
+	// Job is the job snapshot for queued/started/finished events.
+	Job *Job `json:"job,omitempty"`
+}
+
+// Errors the API maps to HTTP status codes in one switch.
+var (
+	ErrNotFound  = errors.New("job not found")
+	ErrQueueFull = errors.New("job queue full")
+	ErrInvalid   = errors.New("invalid request")
+	ErrConflict  = errors.New("conflict")
+	ErrShutdown  = errors.New("service shutting down")
+)

@@ -1,0 +1,145 @@
+// Package runner defines the contract between the job service and sandbox
+// backends. A backend only creates and destroys isolated sandboxes; running a
+// tool, counting effects and deciding policy happen above it.
+//
+// Lifecycle: Runner.Create returns a started Sandbox; the caller runs zero or
+// more Exec calls (sequentially or concurrently) and must call Close exactly
+// once it is done; Close is idempotent and reaps everything the sandbox
+// created (processes, cgroups, mounts, temp dirs) whatever the code did.
+package runner
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Runner creates sandboxes on one backend.
+type Runner interface {
+	Name() string
+	// Capabilities reports what isolation this runner can honour on this
+	// host. Create refuses a spec that needs more (ErrUnsupported): a
+	// runner never silently weakens isolation.
+	Capabilities() Capabilities
+	Create(ctx context.Context, spec SandboxSpec) (Sandbox, error)
+}
+
+// Reaper is implemented by runners that can find and destroy sandboxes left
+// behind by an earlier process (after kill -9). The job service calls it once
+// at start.
+type Reaper interface {
+	Reap(ctx context.Context) (reaped int, err error)
+}
+
+// Sandbox is one isolated environment.
+type Sandbox interface {
+	ID() string
+	// Exec runs p to completion. Exit codes, signals, OOM kills, timeouts
+	// and truncation are reported in Result; error is for infrastructure
+	// faults only. Cancelling ctx kills the process tree.
+	Exec(ctx context.Context, p Process) (Result, error)
+	Stats(ctx context.Context) (Usage, error)
+	Close(ctx context.Context) error
+}
+
+// Capabilities lists the isolation features a runner can provide here.
+type Capabilities struct {
+	PIDNamespace   bool `json:"pid_namespace"`
+	NetNamespace   bool `json:"net_namespace"`
+	MountNamespace bool `json:"mount_namespace"`
+	Cgroups        bool `json:"cgroups"`
+	Seccomp        bool `json:"seccomp"`
+	Landlock       bool `json:"landlock"`
+	// Network is true when the runner can give a sandbox network access.
+	Network bool `json:"network"`
+}
+
+// WorkspaceMode says how the workspace is visible inside the sandbox.
+type WorkspaceMode string
+
+const (
+	WorkspaceNone      WorkspaceMode = "none"
+	WorkspaceReadOnly  WorkspaceMode = "ro"
+	WorkspaceReadWrite WorkspaceMode = "rw"
+)
+
+// NetworkMode says what network a sandbox gets.
+type NetworkMode string
+
+const (
+	// NetworkNone: an empty network namespace (loopback only) and, where
+	// seccomp is available, inet sockets denied.
+	NetworkNone NetworkMode = "none"
+	// NetworkEgress: network through the runner's egress path.
+	NetworkEgress NetworkMode = "egress"
+)
+
+// SandboxSpec describes the sandbox to create.
+type SandboxSpec struct {
+	// ID is optional; the runner assigns one when empty.
+	ID string
+	// Image is backend specific: a rootfs directory for the local runner,
+	// an image reference for container runners. Empty means the backend's
+	// default.
+	Image string
+	// Workspace is a host directory shown at /workspace (WorkspaceDir).
+	Workspace     string
+	WorkspaceMode WorkspaceMode
+	Network       NetworkMode
+	Limits        Limits
+	Labels        map[string]string
+}
+
+// WorkspaceDir is where the workspace appears inside every sandbox.
+const WorkspaceDir = "/workspace"
+
+// Limits are resource ceilings for a sandbox. Zero means the runner default.
+type Limits struct {
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	PIDs        int64 `json:"pids,omitempty"`
+	// CPUMillis is CPU bandwidth in thousandths of a core.
+	CPUMillis int64 `json:"cpu_millis,omitempty"`
+	// Timeout is the default wall-clock limit of one Exec.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// OutputBytes caps each of stdout and stderr (head and tail kept).
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+	NoFile      int64 `json:"nofile,omitempty"`
+	FileSize    int64 `json:"file_size_bytes,omitempty"`
+}
+
+// Process is one command to run inside a sandbox.
+type Process struct {
+	Args []string
+	// Env is the complete environment (the sandbox inherits none).
+	Env []string
+	// Dir is the working directory inside the sandbox; default WorkspaceDir
+	// when a workspace is mounted, else "/".
+	Dir   string
+	Stdin io.Reader
+	// Timeout overrides Limits.Timeout when non-zero.
+	Timeout time.Duration
+	// Stdout and Stderr, when set, receive output as it is produced (in
+	// addition to the capped copy in Result). They must not block long.
+	Stdout, Stderr io.Writer
+}
+
+// Result is how a process ended. It is data, not an error.
+type Result struct {
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed the process ("SIGKILL"), if any.
+	Signal          string        `json:"signal,omitempty"`
+	OOMKilled       bool          `json:"oom_killed"`
+	TimedOut        bool          `json:"timed_out"`
+	Stdout          []byte        `json:"stdout"`
+	Stderr          []byte        `json:"stderr"`
+	StdoutTruncated bool          `json:"stdout_truncated"`
+	StderrTruncated bool          `json:"stderr_truncated"`
+	Duration        time.Duration `json:"duration"`
+	Usage           Usage         `json:"usage"`
+}
+
+// Usage is what a sandbox or process consumed.
+type Usage struct {
+	CPU        time.Duration `json:"cpu"`
+	PeakMemory int64         `json:"peak_memory"`
+}

@@ -1,0 +1,156 @@
+// Package tools owns the Tool contract: what a model sees (name, description,
+// JSON Schemas), what the guard counts (effect tags), how a model's call is
+// parsed and validated, and the normalised result every tool returns.
+//
+// tools is a leaf package: it imports only the standard library and the JSON
+// Schema library. Tools that must run inside a sandbox (exec effect) do not
+// run themselves: they describe a Command and the job service runs it through
+// a runner, then turns the process result back into a Result with
+// FromProcess.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Effect is one thing a tool call may spend. The set is closed: a tool that
+// declares any other effect is refused at registration.
+type Effect string
+
+const (
+	EffectFileRead  Effect = "file_read"
+	EffectFileWrite Effect = "file_write"
+	EffectExec      Effect = "exec"
+	EffectHTTP      Effect = "http"
+)
+
+// AllEffects lists the closed set in a stable order.
+var AllEffects = []Effect{EffectFileRead, EffectFileWrite, EffectExec, EffectHTTP}
+
+// Valid reports whether e is one of the closed set.
+func (e Effect) Valid() bool {
+	for _, x := range AllEffects {
+		if e == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Tool is the contract of one tool. Exactly one of Run or Command is set for
+// a runnable tool; a tool with neither is a declaration only (schemas can be
+// exported, calls are refused).
+type Tool struct {
+	Name         string          `json:"name"`
+	Description  string          `json:"description"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
+	Effects      []Effect        `json:"effects"`
+	ParallelSafe bool            `json:"parallel_safe"`
+
+	// Run executes the tool in-process (calculator, http_request, file
+	// tools). args has already been validated against InputSchema.
+	Run func(ctx context.Context, env Env, args map[string]any) (Result, error) `json:"-"`
+
+	// Command builds the process a sandboxed tool (exec effect) runs.
+	// args has already been validated against InputSchema.
+	Command func(args map[string]any) (Command, error) `json:"-"`
+}
+
+// HasEffect reports whether the tool declares e.
+func (t *Tool) HasEffect(e Effect) bool {
+	for _, x := range t.Effects {
+		if x == e {
+			return true
+		}
+	}
+	return false
+}
+
+// Env is what an in-process tool may touch.
+type Env struct {
+	// Workspace is the host directory of the job's workspace; file tools
+	// must open it with os.OpenRoot and never escape it. Empty when the job
+	// has no workspace.
+	Workspace string
+	// ReadOnly is true when the job may read but not write the workspace.
+	ReadOnly bool
+	// HTTP configures http_request; nil means defaults.
+	HTTP *HTTPOptions
+}
+
+// HTTPOptions caps http_request. Zero fields take defaults.
+type HTTPOptions struct {
+	MaxResponseBytes int64
+	Timeout          time.Duration
+	MaxRedirects     int
+	// AllowPrivate disables the SSRF guard's address checks. Only tests
+	// that talk to their own loopback servers set it.
+	AllowPrivate bool
+}
+
+// Command is a process a sandboxed tool asks the job service to run.
+type Command struct {
+	Args    []string      `json:"args"`
+	Stdin   []byte        `json:"stdin,omitempty"`
+	Env     []string      `json:"env,omitempty"`
+	Dir     string        `json:"dir,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// Result is the normalised outcome of a tool call.
+type Result struct {
+	OK bool `json:"ok"`
+	// Content is the text the model reads.
+	Content string `json:"content"`
+	// Error explains a failure in words a model can act on.
+	Error string `json:"error,omitempty"`
+	// Artifacts are files or images for the program, never sent to the model.
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+	Usage     Usage      `json:"usage"`
+	// Effects are the effects this call actually spent.
+	Effects []Effect `json:"effects,omitempty"`
+	// Process carries exit details for sandboxed tools.
+	Process *ProcessInfo `json:"process,omitempty"`
+}
+
+// Artifact is a file produced by a tool.
+type Artifact struct {
+	Name     string `json:"name"`
+	MimeType string `json:"mime_type"`
+	Size     int64  `json:"size"`
+	// Data is base64 in JSON.
+	Data []byte `json:"data,omitempty"`
+}
+
+// Usage is what a call consumed.
+type Usage struct {
+	WallMS       int64 `json:"wall_ms"`
+	CPUMS        int64 `json:"cpu_ms,omitempty"`
+	PeakMemory   int64 `json:"peak_memory_bytes,omitempty"`
+	BytesIn      int64 `json:"bytes_in,omitempty"`
+	BytesOut     int64 `json:"bytes_out,omitempty"`
+	OutputTokens int64 `json:"-"`
+}
+
+// ProcessInfo reports how a sandboxed process ended.
+type ProcessInfo struct {
+	ExitCode        int    `json:"exit_code"`
+	Signal          string `json:"signal,omitempty"`
+	OOMKilled       bool   `json:"oom_killed,omitempty"`
+	TimedOut        bool   `json:"timed_out,omitempty"`
+	OutputTruncated bool   `json:"output_truncated,omitempty"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+}
+
+// Call is a tool call as a model produces it. Arguments may be a JSON object
+// or a JSON string holding an object (OpenAI style); ID is created when
+// missing.
+type Call struct {
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
