@@ -12,6 +12,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -69,6 +70,22 @@ func (t *Tool) HasEffect(e Effect) bool {
 	return false
 }
 
+// Runnable reports whether the tool can run (Run or Command is set). A tool
+// that is not runnable is a declaration only: its schemas can be exported but
+// the job service refuses its calls.
+func (t *Tool) Runnable() bool { return t.Run != nil || t.Command != nil }
+
+// Summary is the first non-empty line of the description (the whole
+// description stays available for exports that want it).
+func (t *Tool) Summary() string {
+	for _, line := range strings.Split(t.Description, "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			return line
+		}
+	}
+	return ""
+}
+
 // Env is what an in-process tool may touch.
 type Env struct {
 	// Workspace is the host directory of the job's workspace; file tools
@@ -114,6 +131,9 @@ type Result struct {
 	Effects []Effect `json:"effects,omitempty"`
 	// Process carries exit details for sandboxed tools.
 	Process *ProcessInfo `json:"process,omitempty"`
+	// Truncated is set when the output was cut by an output cap (the runner
+	// puts the "[... output truncated ...]" marker in the text itself).
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Artifact is a file produced by a tool.
@@ -144,6 +164,9 @@ type ProcessInfo struct {
 	OutputTruncated bool   `json:"output_truncated,omitempty"`
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`
+	// MemoryLimit is the sandbox's memory limit in bytes when known (0 when
+	// not); FromProcess quotes it in the out-of-memory message.
+	MemoryLimit int64 `json:"memory_limit_bytes,omitempty"`
 }
 
 // Call is a tool call as a model produces it. Arguments may be a JSON object

@@ -1,0 +1,130 @@
+package tools
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Format of a schema export.
+type Format string
+
+const (
+	// FormatOpenAI is OpenAI function calling:
+	// {"type":"function","function":{"name","description","parameters"}}.
+	FormatOpenAI Format = "openai"
+	// FormatAnthropic is Anthropic tools: {"name","description","input_schema"}.
+	FormatAnthropic Format = "anthropic"
+	// FormatMCP is an MCP tools/list entry: {"name","description",
+	// "inputSchema","outputSchema"?,"annotations"}.
+	FormatMCP Format = "mcp"
+)
+
+// Formats lists the export formats.
+var Formats = []Format{FormatOpenAI, FormatAnthropic, FormatMCP}
+
+// ParseFormat reads a format name, case-insensitively. The empty string is
+// FormatOpenAI, the most widely understood shape. Other names give an error
+// wrapping ErrUnknownFormat.
+func ParseFormat(s string) (Format, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "" {
+		return FormatOpenAI, nil
+	}
+	f := Format(s)
+	if !slices.Contains(Formats, f) {
+		return "", fmt.Errorf("%w %q (want openai, anthropic or mcp)", ErrUnknownFormat, s)
+	}
+	return f, nil
+}
+
+// Export renders the tools (all, in insertion order, when names is empty;
+// else the named ones, in the given order, aliases resolved, duplicates
+// dropped) in a model format. Schemas are json.RawMessage values holding the
+// normalised schema bytes, so json.Marshal keeps the author's property order;
+// every call returns fresh copies the caller may modify. Errors wrap
+// ErrUnknownFormat or ErrUnknownTool.
+func (r *Registry) Export(f Format, names ...string) ([]map[string]any, error) {
+	if !slices.Contains(Formats, f) {
+		return nil, fmt.Errorf("%w %q (want openai, anthropic or mcp)", ErrUnknownFormat, string(f))
+	}
+	r.mu.RLock()
+	var tools []*Tool
+	if len(names) == 0 {
+		for _, k := range r.order {
+			tools = append(tools, r.entries[k].tool)
+		}
+	} else {
+		for _, n := range names {
+			e := r.find(n)
+			if e == nil {
+				err := r.unknownTool(n)
+				r.mu.RUnlock()
+				return nil, err
+			}
+			if !slices.Contains(tools, e.tool) {
+				tools = append(tools, e.tool)
+			}
+		}
+	}
+	r.mu.RUnlock()
+
+	out := make([]map[string]any, 0, len(tools))
+	for _, t := range tools {
+		out = append(out, exportTool(f, t))
+	}
+	return out, nil
+}
+
+func exportTool(f Format, t *Tool) map[string]any {
+	in := json.RawMessage(slices.Clone(t.InputSchema))
+	switch f {
+	case FormatAnthropic:
+		return map[string]any{"name": t.Name, "description": t.Description, "input_schema": in}
+	case FormatMCP:
+		m := map[string]any{
+			"name":        t.Name,
+			"description": t.Description,
+			"inputSchema": in,
+			"annotations": MCPAnnotations(t),
+		}
+		if out := t.OutputSchema; len(out) > 0 && outputIsObject(out) {
+			m["outputSchema"] = json.RawMessage(slices.Clone(out))
+		}
+		return m
+	default: // FormatOpenAI
+		return map[string]any{
+			"type": "function",
+			"function": map[string]any{
+				"name":        t.Name,
+				"description": t.Description,
+				"parameters":  in,
+			},
+		}
+	}
+}
+
+// MCPAnnotations derives MCP tool hints from the effect tags: read-only
+// without file_write, exec or http; destructive with file_write or exec;
+// open-world with http.
+func MCPAnnotations(t *Tool) map[string]any {
+	write, exec, http := t.HasEffect(EffectFileWrite), t.HasEffect(EffectExec), t.HasEffect(EffectHTTP)
+	return map[string]any{
+		"readOnlyHint":    !write && !exec && !http,
+		"destructiveHint": write || exec,
+		"openWorldHint":   http,
+	}
+}
+
+// outputIsObject reports whether an output schema describes objects: MCP
+// requires outputSchema to be an object schema (structuredContent is an
+// object), so other output schemas are left out of the MCP export.
+func outputIsObject(raw json.RawMessage) bool {
+	doc, err := decodeOrdered(raw)
+	if err != nil {
+		return false
+	}
+	obj, ok := doc.(map[string]any)
+	return ok && isObjectSchema(obj)
+}
