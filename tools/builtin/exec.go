@@ -1,0 +1,177 @@
+package builtin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// maxArgBytes is Linux's MAX_ARG_STRLEN less the terminating NUL: a longer
+// single argv string makes execve fail with E2BIG.
+const maxArgBytes = 128<<10 - 1
+
+// pythonWrapper runs the code read from stdin notebook-style: every statement
+// runs, and when the last one is an expression its repr() is printed unless
+// it is None. A traceback (without the wrapper's own frame) goes to stderr
+// and the exit status is 1; SystemExit keeps the code's own status.
+//
+// The interpreter runs with -I (isolated: PYTHON* variables, the user site
+// and the script directory are ignored), so the wrapper's own imports cannot
+// be shadowed by files in the workspace. After they are loaded it puts the
+// working directory first on sys.path, as a notebook does, so the code can
+// import its own modules.
+const pythonWrapper = `import ast, linecache, os, sys, traceback
+def _run():
+    src = sys.stdin.buffer.read().decode("utf-8", "replace")
+    sys.stdin = open(os.devnull)
+    linecache.cache["<cell>"] = (len(src), None, src.splitlines(True), "<cell>")
+    sys.path.insert(0, os.getcwd())
+    g = {"__name__": "__main__", "__builtins__": __builtins__}
+    try:
+        tree = ast.parse(src, "<cell>", "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, "<cell>", "exec", dont_inherit=True), g)
+        if last is not None:
+            v = eval(compile(last, "<cell>", "eval", dont_inherit=True), g)
+            if v is not None:
+                print(repr(v))
+    except SystemExit:
+        raise
+    except SyntaxError as e:
+        traceback.print_exception(type(e), e, None)
+        sys.exit(1)
+    except BaseException as e:
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        sys.exit(1)
+_run()
+`
+
+// sandboxEnv is the whole environment of sandboxed commands; nothing of the
+// daemon's environment leaks in.
+func sandboxEnv() []string {
+	return []string{
+		"PYTHONUNBUFFERED=1",
+		"PYTHONDONTWRITEBYTECODE=1",
+		"HOME=/tmp",
+		"LANG=C.UTF-8",
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+	}
+}
+
+// execTimeout turns timeout_seconds into a Command timeout: the default when
+// absent, never above the operator's ceiling.
+func execTimeout(o Options, args map[string]any) time.Duration {
+	f, ok := argFloat(args, "timeout_seconds")
+	if !ok || f <= 0 || math.IsNaN(f) {
+		return o.DefaultExecTimeout
+	}
+	if f > o.MaxExecTimeout.Seconds() {
+		return o.MaxExecTimeout
+	}
+	return time.Duration(f * float64(time.Second))
+}
+
+var timeoutProp = map[string]any{
+	"type":        "number",
+	"minimum":     1,
+	"maximum":     maxExecTimeoutSecondsJSON,
+	"description": "Wall-clock limit in seconds; the process is killed when it runs longer. Defaults to the server's default (60s unless configured).",
+}
+
+func mustSchema(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("builtin: bad schema: %v", err))
+	}
+	return b
+}
+
+// objectSchema is a closed object schema.
+func objectSchema(props map[string]any, required ...string) json.RawMessage {
+	s := map[string]any{
+		"type":                 "object",
+		"properties":           props,
+		"additionalProperties": false,
+	}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	return mustSchema(s)
+}
+
+func pythonTool(o Options) *tools.Tool {
+	return &tools.Tool{
+		Name: "python_repl",
+		Description: "Run Python 3 code in the job's sandbox, with /workspace as the working directory. " +
+			"All statements run; if the last statement is an expression its repr() is printed (unless None), as in a notebook. " +
+			"Exceptions print a traceback to stderr and exit with status 1. Each call starts a fresh interpreter: " +
+			"keep state in files under /workspace. Only the standard library is guaranteed to be present.",
+		InputSchema: objectSchema(map[string]any{
+			"code": map[string]any{
+				"type":        "string",
+				"minLength":   1,
+				"maxLength":   1_000_000,
+				"description": "Python 3 source code to run.",
+			},
+			"timeout_seconds": timeoutProp,
+		}, "code"),
+		Effects:      []tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite},
+		ParallelSafe: false,
+		Command: func(args map[string]any) (tools.Command, error) {
+			code, ok := args["code"].(string)
+			if !ok || code == "" {
+				return tools.Command{}, errors.New("python_repl: code is required")
+			}
+			return tools.Command{
+				// -u: PYTHONUNBUFFERED is ignored under -I, so ask for
+				// unbuffered output on the command line too.
+				Args:    []string{o.PythonPath, "-I", "-S", "-B", "-u", "-c", pythonWrapper},
+				Stdin:   []byte(code),
+				Env:     sandboxEnv(),
+				Dir:     o.WorkDir,
+				Timeout: execTimeout(o, args),
+			}, nil
+		},
+	}
+}
+
+func bashTool(o Options) *tools.Tool {
+	return &tools.Tool{
+		Name: "bash",
+		Description: "Run a bash command line in the job's sandbox, with /workspace as the working directory " +
+			"(no profile or rc files are read). Returns stdout, stderr and the exit status; a non-zero exit is reported, not an error of the tool. " +
+			"The command line is limited to 128 KiB; write longer scripts to a file first.",
+		InputSchema: objectSchema(map[string]any{
+			"command": map[string]any{
+				"type":        "string",
+				"minLength":   1,
+				"maxLength":   maxArgBytes,
+				"description": "The bash command line, run with bash -c.",
+			},
+			"timeout_seconds": timeoutProp,
+		}, "command"),
+		Effects:      []tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite},
+		ParallelSafe: false,
+		Command: func(args map[string]any) (tools.Command, error) {
+			cmd, ok := args["command"].(string)
+			if !ok || cmd == "" {
+				return tools.Command{}, errors.New("bash: command is required")
+			}
+			if len(cmd) > maxArgBytes {
+				return tools.Command{}, fmt.Errorf("bash: command is %d bytes, more than the %d an argument may hold; write it to a file and run that", len(cmd), maxArgBytes)
+			}
+			return tools.Command{
+				Args:    []string{o.BashPath, "--noprofile", "--norc", "-c", cmd},
+				Env:     sandboxEnv(),
+				Dir:     o.WorkDir,
+				Timeout: execTimeout(o, args),
+			}, nil
+		},
+	}
+}
