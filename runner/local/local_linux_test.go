@@ -1,0 +1,329 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
+)
+
+func TestMain(m *testing.M) {
+	MaybeHelper()
+	code := m.Run()
+	// Sandbox groups are removed by Close; remove this process's parent
+	// groups too (rmdir fails harmlessly if anything is left in them).
+	if h, err := detectCgroups(); err == nil {
+		for _, d := range h.group(testCgroupParent()).paths() {
+			_ = os.Remove(d)
+		}
+	}
+	os.Exit(code)
+}
+
+// testCgroupParent keeps concurrent test processes apart.
+func testCgroupParent() string { return "sandboxd-test-" + strconv.Itoa(os.Getpid()) }
+
+func newTestRunner(tb testing.TB) *Runner {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("the local runner needs root")
+	}
+	r, err := New(Config{StateDir: tb.TempDir(), CgroupParent: testCgroupParent()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(r.missing) > 0 {
+		tb.Fatalf("host lacks %v", r.missing)
+	}
+	return r
+}
+
+func TestConformance(t *testing.T) {
+	r := newTestRunner(t)
+	runnertest.Run(t, runnertest.Factory{
+		New:             func(*testing.T) runner.Runner { return r },
+		Leftovers:       r.Leftovers,
+		DropsPrivileges: true,
+		KillsDaemons:    true,
+	})
+}
+
+func TestCapabilitiesAndFailClosed(t *testing.T) {
+	r := newTestRunner(t)
+	c := r.Capabilities()
+	if !c.PIDNamespace || !c.NetNamespace || !c.MountNamespace || !c.Cgroups || !c.Seccomp {
+		t.Fatalf("capabilities %+v", c)
+	}
+	if c.Network {
+		t.Fatal("Network capability claimed without an egress path")
+	}
+	// A host lacking a feature: Create refuses, naming it.
+	weak := &Runner{cfg: r.cfg, cg: r.cg, caps: r.caps, missing: []string{"seccomp"}, live: map[string]*Sandbox{}}
+	_, err := weak.Create(t.Context(), runner.SandboxSpec{})
+	if !errors.Is(err, runner.ErrUnsupported) || !strings.Contains(err.Error(), "seccomp") {
+		t.Fatalf("Create on a weak host: %v", err)
+	}
+	_, err = r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress})
+	if !errors.Is(err, runner.ErrUnsupported) {
+		t.Fatalf("egress: %v", err)
+	}
+	for _, spec := range []runner.SandboxSpec{
+		{ID: "../x"},
+		{WorkspaceMode: runner.WorkspaceReadWrite},
+		{Workspace: "relative", WorkspaceMode: runner.WorkspaceReadOnly},
+		{WorkspaceMode: "bogus"},
+	} {
+		if _, err := r.Create(t.Context(), spec); !errors.Is(err, runner.ErrInvalidSpec) {
+			t.Errorf("Create(%+v) = %v, want ErrInvalidSpec", spec, err)
+		}
+	}
+}
+
+func TestReap(t *testing.T) {
+	r := newTestRunner(t)
+	ws := t.TempDir()
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{ID: "reapme", Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Simulate a crashed owner: a process stuck in the cgroup and a record
+	// whose owner pid is dead.
+	s := sb.(*Sandbox)
+	sleeper := exec.Command("sleep", "1000")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Process.Kill()
+	if err := s.cg.add(sleeper.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	own := s.owner
+	own.PID, own.Start = 999999999, "1"
+	if err := writeOwner(s.stateDir, own); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh runner (a restarted daemon) on the same state dir reaps it.
+	r2, err := New(Config{StateDir: r.cfg.StateDir, CgroupParent: testCgroupParent()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := r2.Reap(t.Context())
+	if err != nil || n != 1 {
+		t.Fatalf("Reap = %d, %v", n, err)
+	}
+	done := make(chan struct{})
+	go func() { sleeper.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("process in the reaped cgroup survived")
+	}
+	if left := r2.Leftovers("reapme"); len(left) > 0 {
+		t.Fatalf("left after Reap: %v", left)
+	}
+	fi, err := os.Stat(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := fileUID(fi); uid != 0 {
+		t.Errorf("workspace owner not restored: uid %d", uid)
+	}
+	// Live sandboxes of a live runner are not reaped.
+	sb2, err := r2.Create(t.Context(), runner.SandboxSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb2.Close(context.Background())
+	if n, err := r2.Reap(t.Context()); err != nil || n != 0 {
+		t.Fatalf("Reap with a live sandbox = %d, %v", n, err)
+	}
+	if _, err := sb2.Exec(t.Context(), runner.Process{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = sb.Close(t.Context())
+}
+
+func TestRootfs(t *testing.T) {
+	r := newTestRunner(t)
+	// A minimal image: /bin/sh and the libraries it links, plus a marker.
+	rootfs := t.TempDir()
+	if err := os.Chmod(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"proc", "dev", "tmp", "workspace", "etc", "bin"} {
+		if err := os.Mkdir(filepath.Join(rootfs, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc", "marker"), []byte("from-image\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ldd", "/bin/sh").Output()
+	if err != nil {
+		t.Skipf("ldd: %v", err)
+	}
+	files := []string{"/bin/sh"}
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasPrefix(f, "/") {
+			files = append(files, f)
+		}
+	}
+	for _, f := range files {
+		real, err := filepath.EvalSymlinks(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(real)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(rootfs, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Image: rootfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	res, err := sb.Exec(t.Context(), runner.Process{Args: []string{"/bin/sh", "-c", `read x < /etc/marker; echo "$x"; test -e /usr/bin/python3 && echo host-visible; echo > /etc/new || echo ro`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Stdout) != "from-image\nro\n" {
+		t.Fatalf("image rootfs: %+v stdout %q stderr %q", res, res.Stdout, res.Stderr)
+	}
+}
+
+func TestRlimitsAndThreads(t *testing.T) {
+	r := newTestRunner(t)
+	ws := t.TempDir()
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite,
+		Limits: runner.Limits{FileSize: 1 << 20, NoFile: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	res, err := sb.Exec(t.Context(), runner.Process{Args: []string{"/bin/sh", "-c", "exec head -c 2000000 /dev/zero > big"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Signal != "SIGXFSZ" {
+		t.Fatalf("file size limit not enforced: %+v", res)
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "big")); err != nil || fi.Size() > 1<<20 {
+		t.Fatalf("big file: %v %v", fi, err)
+	}
+	res, err = sb.Exec(t.Context(), runner.Process{Args: []string{pythonPath, "-c", `import os, threading, resource
+print(resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_CORE))
+fds = []
+try:
+    while len(fds) < 1000:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+print("opened", len(fds))
+out = []
+ts = [threading.Thread(target=lambda i=i: out.append(i)) for i in range(8)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("threads", len(out))`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Stdout) != "(64, 64) (0, 0)\nopened 61\nthreads 8\n" {
+		t.Fatalf("rlimits/threads: %q %q", res.Stdout, res.Stderr)
+	}
+}
+
+// TestReadOnlyMountsAsRoot attacks the mount layer alone: the command runs
+// as uid 0 (without capabilities, as the bounding set is empty) so file
+// permissions do not stop it, and Landlock is off.
+func TestReadOnlyMountsAsRoot(t *testing.T) {
+	r := newTestRunner(t)
+	r.cfg.UID, r.cfg.GID, r.landlk = 0, 0, false
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("ro"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	name := "sandboxd-rootprobe-" + strconv.Itoa(os.Getpid())
+	res, err := sb.Exec(t.Context(), runner.Process{Args: []string{pythonPath, "-c", `import os, sys
+name = sys.argv[1]
+print("uid", os.getuid())
+for d in ["/", "/usr", "/etc", "/dev", "/workspace", "/proc/sys/kernel"]:
+    try:
+        open(os.path.join(d, name), "w").write("x")
+        print("WROTE", d)
+    except OSError as e:
+        print("denied", d, e.strerror)
+# Opening for writing is the proof; nothing is written to existing files.
+for p in ["/workspace/in.txt", "/etc/hostname", "/usr/bin/env", "/proc/sys/kernel/hostname", "/proc/sysrq-trigger"]:
+    try:
+        os.close(os.open(p, os.O_WRONLY | os.O_APPEND))
+        print("WROTE", p)
+    except OSError as e:
+        print("denied", p, e.strerror)
+open("/tmp/" + name, "w").write("tmp ok")
+print("tmp ok")`, name}})
+	t.Cleanup(func() { // in case the mounts were writable after all
+		for _, d := range []string{"/usr", "/etc", "/dev", ws} {
+			os.Remove(filepath.Join(d, name))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Stdout)
+	if !strings.HasPrefix(out, "uid 0\n") || strings.Contains(out, "WROTE") || !strings.Contains(out, "tmp ok") {
+		t.Fatalf("read-only mounts as root:\n%s%s", out, res.Stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "in.txt")); string(b) != "ro" {
+		t.Fatalf("workspace file changed: %q", b)
+	}
+}
+
+func TestRelativeCommandAndDir(t *testing.T) {
+	r := newTestRunner(t)
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "sub", "run.sh"), []byte("#!/bin/sh\necho \"$(pwd) $*\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	for _, tc := range []struct {
+		p    runner.Process
+		want string
+	}{
+		{runner.Process{Args: []string{"./run.sh", "a"}, Dir: "/workspace/sub"}, "/workspace/sub a\n"},
+		{runner.Process{Args: []string{"sub/run.sh", "b"}}, "/workspace b\n"},
+		{runner.Process{Args: []string{"run.sh"}, Env: []string{"PATH=/workspace/sub:/usr/bin:/bin"}}, "/workspace \n"},
+	} {
+		res, err := sb.Exec(t.Context(), tc.p)
+		if err != nil || string(res.Stdout) != tc.want {
+			t.Errorf("%q in %q: %q %q %v", tc.p.Args, tc.p.Dir, res.Stdout, res.Stderr, err)
+		}
+	}
+}

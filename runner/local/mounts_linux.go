@@ -1,0 +1,212 @@
+package local
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// hostSystemDirs are bound read-only into a host-view root (when present).
+var hostSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+
+// Docker's masked and read-only /proc paths.
+var (
+	procMaskedFiles = []string{"kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "sysrq-trigger", "kmsg", "kpagecount", "kpageflags", "kpagecgroup", "config.gz", "vmallocinfo", "pagetypeinfo", "mtrr"}
+	procMaskedDirs  = []string{"acpi", "scsi", "asound", "driver"}
+	procReadOnly    = []string{"bus", "fs", "irq", "sys"}
+)
+
+const (
+	roBindFlags = unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
+)
+
+// buildRoot assembles the sandbox root at cfg.Root inside the helper's
+// private mount namespace and pivots into it. Nothing is mounted in the
+// host's namespace.
+func buildRoot(cfg *helperConfig) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	root := cfg.Root
+	if cfg.Rootfs != "" {
+		if err := unix.Mount(cfg.Rootfs, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind rootfs: %w", err)
+		}
+		for _, d := range []string{"proc", "dev", "tmp"} {
+			if _, err := os.Stat(filepath.Join(root, d)); err != nil {
+				return fmt.Errorf("rootfs lacks mount point /%s", d)
+			}
+		}
+	} else {
+		if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0755"); err != nil {
+			return fmt.Errorf("mount root tmpfs: %w", err)
+		}
+		for _, d := range []string{"proc", "dev", "tmp"} {
+			if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+				return err
+			}
+		}
+		for _, src := range hostSystemDirs {
+			fi, err := os.Lstat(src)
+			if err != nil {
+				continue
+			}
+			dst := filepath.Join(root, src)
+			if fi.Mode()&os.ModeSymlink != 0 {
+				target, err := os.Readlink(src)
+				if err != nil {
+					return err
+				}
+				if err := os.Symlink(target, dst); err != nil {
+					return err
+				}
+				continue
+			}
+			if !fi.IsDir() {
+				continue
+			}
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return err
+			}
+			if err := bindRO(src, dst); err != nil {
+				return err
+			}
+		}
+	}
+	if cfg.Workspace != "" {
+		dst := filepath.Join(root, "workspace")
+		if cfg.Rootfs == "" {
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return err
+			}
+		} else if _, err := os.Stat(dst); err != nil {
+			return fmt.Errorf("rootfs lacks mount point /workspace")
+		}
+		if err := unix.Mount(cfg.Workspace, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind workspace: %w", err)
+		}
+		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
+		if cfg.WorkspaceRO {
+			flags |= unix.MS_RDONLY
+		}
+		if err := unix.Mount("", dst, "", flags, ""); err != nil {
+			return fmt.Errorf("remount workspace: %w", err)
+		}
+	}
+	tmpOpts := "mode=1777,size=" + strconv.FormatInt(cfg.TmpBytes, 10)
+	if err := unix.Mount("tmpfs", filepath.Join(root, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
+		return fmt.Errorf("mount /tmp: %w", err)
+	}
+	if err := buildDev(filepath.Join(root, "dev"), tmpOpts); err != nil {
+		return fmt.Errorf("build /dev: %w", err)
+	}
+	if err := buildProc(filepath.Join(root, "proc")); err != nil {
+		return fmt.Errorf("build /proc: %w", err)
+	}
+	if err := pivot(root); err != nil {
+		return err
+	}
+	if err := unix.Mount("", "/", "", roBindFlags, ""); err != nil {
+		return fmt.Errorf("remount / read-only: %w", err)
+	}
+	return nil
+}
+
+func bindRO(src, dst string) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	if err := unix.Mount("", dst, "", roBindFlags, ""); err != nil {
+		return fmt.Errorf("remount %s read-only: %w", src, err)
+	}
+	return nil
+}
+
+func buildDev(dev, tmpOpts string) error {
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+		return err
+	}
+	for _, n := range []string{"null", "zero", "full", "random", "urandom"} {
+		dst := filepath.Join(dev, n)
+		f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o666)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := unix.Mount("/dev/"+n, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /dev/%s: %w", n, err)
+		}
+		if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("remount /dev/%s: %w", n, err)
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	shm := filepath.Join(dev, "shm")
+	if err := os.Mkdir(shm, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, tmpOpts); err != nil {
+		return err
+	}
+	// The /dev tmpfs itself becomes read-only; the device binds and
+	// /dev/shm are separate mounts and stay usable.
+	return unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
+}
+
+func buildProc(proc string) error {
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	for _, n := range procMaskedFiles {
+		p := filepath.Join(proc, n)
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+			continue
+		}
+		if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mask /proc/%s: %w", n, err)
+		}
+	}
+	for _, n := range procMaskedDirs {
+		p := filepath.Join(proc, n)
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0"); err != nil {
+			return fmt.Errorf("mask /proc/%s: %w", n, err)
+		}
+	}
+	for _, n := range procReadOnly {
+		p := filepath.Join(proc, n)
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if err := bindRO(p, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pivot makes root the new / and detaches the old root.
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	return nil
+}
