@@ -1,0 +1,239 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// The methods of api.JobService.
+
+// Submit records and enqueues a call; see api.JobService.
+func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) (*Job, bool, error) {
+	if tenant == "" {
+		return nil, false, fmt.Errorf("%w: empty tenant", ErrInvalid)
+	}
+	call, tool, args, err := s.reg.Prepare(req.Call)
+	if err != nil {
+		return nil, false, err
+	}
+	if !tool.Runnable() {
+		return nil, false, fmt.Errorf("%w: tool %q is a declaration only and cannot run", ErrInvalid, tool.Name)
+	}
+	limits, err := s.cfg.effectiveLimits(req.Limits)
+	if err != nil {
+		return nil, false, err
+	}
+	key := req.IdempotencyKey
+	if key != "" {
+		if j, err := s.st.GetByIdempotencyKey(ctx, tenant, key); err == nil {
+			return j, false, nil
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, false, fmt.Errorf("submit: %w", err)
+		}
+	}
+
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, false, ErrShutdown
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		s.m.queueRejected.Inc()
+		return nil, false, ErrQueueFull
+	}
+	runnerName := RunnerInProcess
+	if tool.Run == nil {
+		runnerName = s.cfg.RunnerName
+	}
+	now := time.Now().UTC()
+	j := &Job{
+		ID: newID(now), Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
+		IdempotencyKey: key, Runner: runnerName, Limits: limits,
+		State: StateQueued, CreatedAt: now,
+	}
+	e := newEntry(j, tool, args, s.cfg.EventHistory)
+	e.mu.Lock() // a Cancel of this ID waits until the record exists
+	s.register(e)
+	if err := s.st.Create(ctx, j); err != nil {
+		e.mu.Unlock()
+		s.unregister(j.ID)
+		<-s.slots
+		if key != "" && errors.Is(err, ErrConflict) { // lost the race for the key
+			if existing, gerr := s.st.GetByIdempotencyKey(ctx, tenant, key); gerr == nil {
+				return existing, false, nil
+			}
+		}
+		return nil, false, fmt.Errorf("submit: %w", err)
+	}
+	snap := cloneJob(j)
+	e.events.emit(Event{Type: EventQueued, Time: now, Job: cloneJob(j)})
+	e.mu.Unlock()
+	s.m.queueDepth.Inc()
+	s.queue <- e
+	s.log.Debug("job queued", "job", j.ID, "tenant", tenant, "tool", j.Tool)
+	return snap, true, nil
+}
+
+// Get returns a tenant's job; another tenant's job is ErrNotFound.
+func (s *Service) Get(ctx context.Context, tenant, id string) (*Job, error) {
+	j, err := s.st.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if j.Tenant != tenant {
+		return nil, fmt.Errorf("get job %s: %w", id, ErrNotFound)
+	}
+	return j, nil
+}
+
+// List returns a tenant's jobs newest first; see Store.List.
+func (s *Service) List(ctx context.Context, tenant string, f ListFilter) ([]*Job, string, error) {
+	switch f.State {
+	case "", StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled:
+	default:
+		return nil, "", fmt.Errorf("%w: unknown state %q", ErrInvalid, f.State)
+	}
+	return s.st.List(ctx, tenant, f)
+}
+
+// Cancel stops a queued job at once (cancelled; the worker skips it) or
+// cancels a running job's context (the runner kills the process tree) and
+// waits, up to ctx or 10s, for it to be recorded as cancelled. A terminal
+// job is returned unchanged.
+func (s *Service) Cancel(ctx context.Context, tenant, id string) (*Job, error) {
+	e := s.entry(id)
+	if e == nil {
+		j, err := s.Get(ctx, tenant, id)
+		if err != nil || j.State != StateQueued {
+			return j, err
+		}
+		// Queued but not in this process's queue (after Shutdown).
+		markCancelled(j)
+		if err := s.st.Update(ctx, j); err != nil {
+			return nil, fmt.Errorf("cancel job %s: %w", id, err)
+		}
+		s.m.jobs.WithLabelValues(j.Tool, j.Runner, OutcomeCancelled).Inc()
+		return j, nil
+	}
+	e.mu.Lock()
+	if e.job.Tenant != tenant {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("cancel job %s: %w", id, ErrNotFound)
+	}
+	switch e.job.State {
+	case StateQueued:
+		j := cloneJob(e.job)
+		markCancelled(j)
+		if err := s.st.Update(ctx, j); err != nil {
+			e.mu.Unlock()
+			return nil, fmt.Errorf("cancel job %s: %w", id, err)
+		}
+		e.job = j
+		snap := cloneJob(j)
+		e.mu.Unlock()
+		s.finished(e, snap)
+		return cloneJob(snap), nil
+	case StateRunning:
+		if e.cancelReason == "" {
+			e.cancelReason = ReasonCancelled
+			e.cancel()
+		}
+		e.mu.Unlock()
+		t := time.NewTimer(10 * time.Second)
+		defer t.Stop()
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		return e.snapshot(), nil
+	default:
+		snap := cloneJob(e.job)
+		e.mu.Unlock()
+		return snap, nil
+	}
+}
+
+func markCancelled(j *Job) {
+	now := time.Now().UTC()
+	j.State, j.Reason, j.FinishedAt = StateCancelled, ReasonCancelled, &now
+	j.Result = &tools.Result{OK: false, Error: "cancelled before it started"}
+}
+
+// Wait blocks until the job is terminal or ctx ends (then it returns the
+// current snapshot and ctx.Err()).
+func (s *Service) Wait(ctx context.Context, tenant, id string) (*Job, error) {
+	j, err := s.Get(ctx, tenant, id)
+	if err != nil || j.State.Terminal() {
+		return j, err
+	}
+	e := s.entry(id)
+	if e == nil {
+		// Finished and retired since the Get, or queued in the store but
+		// not in this process's queue (after Shutdown).
+		if j, err = s.Get(ctx, tenant, id); err != nil || j.State.Terminal() {
+			return j, err
+		}
+		<-ctx.Done()
+		return j, ctx.Err()
+	}
+	select {
+	case <-e.done:
+		return e.snapshot(), nil
+	case <-ctx.Done():
+		return e.snapshot(), ctx.Err()
+	}
+}
+
+// Subscribe replays the job's events so far and then streams new ones; the
+// channel closes after the finished event or when ctx ends. A subscriber
+// that falls more than subscriberBuffer events behind is disconnected (the
+// channel closes early); it may subscribe again. For a job without
+// in-memory history (finished long ago, or before a restart) queued,
+// started and finished are synthesized from the record.
+func (s *Service) Subscribe(ctx context.Context, tenant, id string) (<-chan Event, error) {
+	j, err := s.Get(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if e := s.entry(id); e != nil {
+		return e.events.subscribe(ctx), nil
+	}
+	if !j.State.Terminal() { // it may have finished and been retired since
+		if j, err = s.Get(ctx, tenant, id); err != nil {
+			return nil, err
+		}
+	}
+	evs := synthesizeEvents(j)
+	ch := make(chan Event, len(evs))
+	for _, ev := range evs {
+		ch <- ev
+	}
+	if j.State.Terminal() {
+		close(ch)
+	} else {
+		context.AfterFunc(ctx, func() { close(ch) })
+	}
+	return ch, nil
+}
+
+// Registry returns the tool registry calls are resolved against.
+func (s *Service) Registry() *tools.Registry { return s.reg }
+
+// QueueRetryAfter estimates in seconds (1..600) when a full queue will have
+// room: queued jobs per worker times the recent average job duration.
+func (s *Service) QueueRetryAfter() int {
+	avg := time.Duration(s.avgNanos.Load())
+	if avg <= 0 {
+		avg = time.Second
+	}
+	est := float64(len(s.slots)+1) / float64(s.cfg.Workers) * avg.Seconds()
+	return int(min(max(math.Ceil(est), 1), 600))
+}

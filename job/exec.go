@@ -1,0 +1,311 @@
+package job
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+const (
+	// closeTimeout bounds Sandbox.Close, run on a context detached from
+	// the job's so a cancelled job still reaps its sandbox.
+	closeTimeout = 30 * time.Second
+	// storeTimeout bounds recording a transition, also detached.
+	storeTimeout = 10 * time.Second
+	// execGrace is how long past its own timeout an Exec may take before
+	// the service cancels it (a runner that ignores its timeout).
+	execGrace = 30 * time.Second
+)
+
+func (s *Service) worker() {
+	for {
+		select {
+		case <-s.quit:
+			return
+		case e := <-s.queue:
+			<-s.slots
+			s.m.queueDepth.Dec()
+			select {
+			case <-s.quit:
+				return // the job stays queued in the store for the next start
+			default:
+			}
+			s.run(e)
+		}
+	}
+}
+
+// attempt is what executing a tool produced, before classification.
+type attempt struct {
+	res      tools.Result
+	ran      bool  // the tool ran: its effects were spent
+	timedOut bool  // it ran past its time limit
+	err      error // infrastructure failure: no usable tool result
+}
+
+func (s *Service) run(e *entry) {
+	e.mu.Lock()
+	if e.job.State != StateQueued {
+		e.mu.Unlock() // cancelled while queued
+		return
+	}
+	select {
+	case <-s.quit:
+		e.mu.Unlock()
+		return
+	default:
+	}
+	ctx, cancel := context.WithCancel(s.runCtx)
+	defer cancel()
+	e.cancel = cancel
+	j := e.job
+	now := time.Now().UTC()
+	j.State, j.StartedAt = StateRunning, &now
+	j.Attempts++
+	s.storeUpdate(j)
+	started := cloneJob(j)
+	e.events.emit(Event{Type: EventStarted, Time: now, Job: started})
+	e.mu.Unlock()
+
+	s.m.inFlight.Inc()
+	defer s.m.inFlight.Dec()
+	log := s.log.With("job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
+	log.Debug("job started")
+
+	a := s.execute(ctx, e, started)
+
+	e.mu.Lock()
+	state, reason := classify(e.cancelReason, &a)
+	if a.ran && e.tool != nil {
+		a.res.Effects = slices.Clone(e.tool.Effects)
+	} else {
+		a.res.Effects = nil
+	}
+	fin := time.Now().UTC()
+	j.State, j.Reason, j.FinishedAt, j.Result = state, reason, &fin, &a.res
+	e.cancel = nil
+	s.storeUpdate(j)
+	snap := cloneJob(j)
+	e.mu.Unlock()
+	if a.err != nil {
+		log.Warn("job failed", "reason", reason, "err", a.err)
+	} else {
+		log.Debug("job finished", "state", state, "reason", reason)
+	}
+	s.finished(e, snap)
+}
+
+// classify turns an attempt into the terminal state and reason (see the
+// terminal states on Service) and makes sure a failed Result says why.
+func classify(cancelReason string, a *attempt) (State, string) {
+	fail := func(reason, msg string) (State, string) {
+		a.res.OK = false
+		if a.res.Error == "" {
+			a.res.Error = msg
+		}
+		if reason == ReasonCancelled {
+			return StateCancelled, reason
+		}
+		return StateFailed, reason
+	}
+	switch {
+	case cancelReason == ReasonCancelled:
+		return fail(ReasonCancelled, "cancelled")
+	case cancelReason == ReasonShutdown:
+		return fail(ReasonShutdown, "sandboxd shut down while the job was running")
+	case a.err != nil:
+		a.res.OK = false
+		a.res.Error = "internal error: " + a.err.Error()
+		return StateFailed, ReasonInternal
+	case a.timedOut:
+		return fail(ReasonTimeout, "timed out")
+	case a.res.OK:
+		return StateSucceeded, ""
+	default:
+		return fail(ReasonToolError, "the tool failed without saying why")
+	}
+}
+
+// execute runs the job's tool; a panic becomes an infrastructure failure.
+func (s *Service) execute(ctx context.Context, e *entry, j *Job) (a attempt) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("tool panicked", "job", j.ID, "tool", j.Tool, "panic", p, "stack", string(debug.Stack()))
+			a.err = fmt.Errorf("tool %s panicked: %v", j.Tool, p)
+		}
+	}()
+	if e.tool == nil { // recovered from the store: resolve again
+		_, tool, args, err := s.reg.Prepare(tools.Call{ID: j.CallID, Name: j.Tool, Arguments: j.Args})
+		if err != nil {
+			return attempt{err: fmt.Errorf("prepare recovered job: %w", err)}
+		}
+		e.mu.Lock()
+		e.tool, e.args = tool, args
+		e.mu.Unlock()
+	}
+	switch {
+	case e.tool.Run != nil:
+		return s.runInProcess(ctx, e.tool, e.args, j)
+	case e.tool.Command != nil:
+		return s.runSandboxed(ctx, e, j)
+	default:
+		return attempt{err: fmt.Errorf("tool %s cannot run", j.Tool)}
+	}
+}
+
+func (s *Service) runInProcess(ctx context.Context, tool *tools.Tool, args map[string]any, j *Job) attempt {
+	env := tools.Env{HTTP: s.cfg.HTTP, ReadOnly: !tool.HasEffect(tools.EffectFileWrite)}
+	if tool.HasEffect(tools.EffectFileRead) || tool.HasEffect(tools.EffectFileWrite) {
+		ws, cleanup, err := s.workspace(j.ID)
+		if err != nil {
+			return attempt{err: err}
+		}
+		defer cleanup()
+		env.Workspace = ws
+	}
+	tctx := ctx
+	if j.Limits.Timeout > 0 {
+		var cancel context.CancelFunc
+		tctx, cancel = context.WithTimeout(ctx, j.Limits.Timeout)
+		defer cancel()
+	}
+	start := time.Now()
+	res, err := tool.Run(tctx, env, args)
+	wall := time.Since(start)
+	a := attempt{res: res, ran: true}
+	if a.res.Usage.WallMS == 0 {
+		a.res.Usage.WallMS = wall.Milliseconds()
+	}
+	timedOut := ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded)
+	switch {
+	case timedOut && (err != nil || !res.OK):
+		a.timedOut = true
+		a.res.OK = false
+		a.res.Error = fmt.Sprintf("timed out after %s", j.Limits.Timeout)
+	case err != nil:
+		a.res.OK = false
+		if a.res.Error == "" {
+			a.res.Error = err.Error()
+		}
+	}
+	return a
+}
+
+func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job) attempt {
+	tool := e.tool
+	if s.r == nil {
+		return attempt{err: errors.New("no runner configured for sandboxed tools")}
+	}
+	cmd, err := tool.Command(e.args)
+	if err != nil { // the tool refused its arguments: nothing ran
+		return attempt{res: tools.Result{OK: false, Error: err.Error()}}
+	}
+	ws, cleanup, err := s.workspace(j.ID)
+	if err != nil {
+		return attempt{err: err}
+	}
+	defer cleanup()
+	spec := runner.SandboxSpec{
+		ID:            j.ID,
+		Workspace:     ws,
+		WorkspaceMode: workspaceMode(tool),
+		Network:       runner.NetworkNone,
+		Limits:        j.Limits,
+		Labels:        map[string]string{"sandboxd.job": j.ID, "sandboxd.tenant": j.Tenant},
+	}
+	if tool.HasEffect(tools.EffectHTTP) {
+		spec.Network = runner.NetworkEgress
+	}
+	sb, err := s.r.Create(ctx, spec)
+	if err != nil {
+		return attempt{err: fmt.Errorf("create sandbox: %w", err)}
+	}
+	s.m.sandboxesAlive.Inc()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		if err := sb.Close(cctx); err != nil {
+			s.log.Error("close sandbox", "job", j.ID, "sandbox", sb.ID(), "err", err)
+		}
+		s.m.sandboxesAlive.Dec()
+	}()
+
+	timeout := j.Limits.Timeout
+	if cmd.Timeout > 0 && (timeout == 0 || cmd.Timeout < timeout) {
+		timeout = cmd.Timeout
+	}
+	ectx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ectx, cancel = context.WithTimeout(ctx, timeout+execGrace)
+		defer cancel()
+	}
+	streamCap := j.Limits.OutputBytes
+	if streamCap <= 0 {
+		streamCap = defaultStreamBytes
+	}
+	p := runner.Process{
+		Args:    cmd.Args,
+		Env:     cmd.Env,
+		Dir:     cmd.Dir,
+		Timeout: timeout,
+		Stdout:  newEventWriter(e.events, EventStdout, streamCap),
+		Stderr:  newEventWriter(e.events, EventStderr, streamCap),
+	}
+	if len(cmd.Stdin) > 0 {
+		p.Stdin = bytes.NewReader(cmd.Stdin)
+	}
+	start := time.Now()
+	pr, err := sb.Exec(ectx, p)
+	wall := time.Since(start)
+	if err != nil {
+		return attempt{ran: true, err: fmt.Errorf("exec in sandbox: %w", err)}
+	}
+	res := tools.FromProcess(processInfo(pr, j.Limits), tool.Effects, wall)
+	res.Usage.CPUMS = pr.Usage.CPU.Milliseconds()
+	res.Usage.PeakMemory = pr.Usage.PeakMemory
+	return attempt{res: res, ran: true, timedOut: pr.TimedOut}
+}
+
+func workspaceMode(t *tools.Tool) runner.WorkspaceMode {
+	switch {
+	case t.HasEffect(tools.EffectFileWrite):
+		return runner.WorkspaceReadWrite
+	case t.HasEffect(tools.EffectFileRead):
+		return runner.WorkspaceReadOnly
+	default:
+		return runner.WorkspaceNone
+	}
+}
+
+// workspace creates WorkDir/<id>; cleanup removes it.
+func (s *Service) workspace(id string) (string, func(), error) {
+	dir := filepath.Join(s.cfg.WorkDir, id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, fmt.Errorf("create workspace: %w", err)
+	}
+	return dir, func() {
+		if err := os.RemoveAll(dir); err != nil {
+			s.log.Error("remove workspace", "dir", dir, "err", err)
+		}
+	}, nil
+}
+
+// storeUpdate records a transition on a detached context; a failure is
+// logged and the in-memory state stays authoritative for this process.
+func (s *Service) storeUpdate(j *Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := s.st.Update(ctx, j); err != nil {
+		s.log.Error("record job state", "job", j.ID, "state", j.State, "err", err)
+	}
+}

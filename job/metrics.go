@@ -1,0 +1,93 @@
+package job
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Outcomes, the values of the outcome label of sandboxd_jobs_total:
+//
+//	ok          succeeded: the tool ran and its Result is OK
+//	tool_error  failed/tool_error: the tool ran and reported a failure
+//	timeout     failed/timeout: the tool ran past its time limit
+//	cancelled   cancelled by a client
+//	error       failed/internal or failed/shutdown: no usable tool result
+//	lost        failed/lost: the daemon died while the job ran
+const (
+	OutcomeOK        = "ok"
+	OutcomeToolError = "tool_error"
+	OutcomeTimeout   = "timeout"
+	OutcomeCancelled = "cancelled"
+	OutcomeError     = "error"
+	OutcomeLost      = "lost"
+)
+
+// Metrics are the job service's Prometheus collectors. They are written by
+// the service and never read back for control flow.
+type Metrics struct {
+	jobs           *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	effects        *prometheus.CounterVec
+	queueDepth     prometheus.Gauge
+	queueRejected  prometheus.Counter
+	sandboxesAlive prometheus.Gauge
+	inFlight       prometheus.Gauge
+}
+
+// NewMetrics creates the collectors and registers them with reg (nil: not
+// registered). Registering twice with the same registry panics.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_jobs_total",
+			Help: "Jobs that reached a terminal state, by tool, runner and outcome (ok, tool_error, timeout, cancelled, error, lost).",
+		}, []string{"tool", "runner", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sandboxd_job_duration_seconds",
+			Help: "Wall time of jobs from start to finish, by tool and runner.",
+			Buckets: []float64{
+				0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+				0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+			},
+		}, []string{"tool", "runner"}),
+		effects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_effects_spent_total",
+			Help: "Effects spent by tool calls that ran, by tenant, tool and effect.",
+		}, []string{"tenant", "tool", "effect"}),
+		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandboxd_queue_depth",
+			Help: "Jobs accepted and waiting for a worker.",
+		}),
+		queueRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_queue_rejected_total",
+			Help: "Submissions rejected because the job queue was full.",
+		}),
+		sandboxesAlive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandboxd_sandboxes_alive",
+			Help: "Sandboxes created by the job service and not yet closed.",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandboxd_jobs_in_flight",
+			Help: "Jobs currently running.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.jobs, m.duration, m.effects, m.queueDepth, m.queueRejected, m.sandboxesAlive, m.inFlight)
+	}
+	return m
+}
+
+// outcome maps a terminal job to its outcome label.
+func outcome(j *Job) string {
+	switch {
+	case j.State == StateSucceeded:
+		return OutcomeOK
+	case j.State == StateCancelled:
+		return OutcomeCancelled
+	case j.Reason == ReasonToolError:
+		return OutcomeToolError
+	case j.Reason == ReasonTimeout:
+		return OutcomeTimeout
+	case j.Reason == ReasonLost:
+		return OutcomeLost
+	default:
+		return OutcomeError
+	}
+}

@@ -1,0 +1,99 @@
+package job_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/store"
+)
+
+// TestRecovery plays a restart: records left queued and running by a dead
+// process, then a new service on the same database.
+func TestRecovery(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "jobs.db")
+	st, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	created := time.Now().UTC().Add(-time.Minute)
+	started := created.Add(time.Second)
+	records := []*job.Job{
+		{ID: "job_queued", Tenant: "acme", Tool: "echo", CallID: "c1", Args: json.RawMessage(`{"text":"again"}`),
+			Runner: "fake", State: job.StateQueued, CreatedAt: created},
+		{ID: "job_running", Tenant: "acme", Tool: "echo", CallID: "c2", Args: json.RawMessage(`{"text":"lost"}`),
+			Runner: "fake", State: job.StateRunning, Attempts: 1, CreatedAt: created, StartedAt: &started},
+		{ID: "job_gone_tool", Tenant: "acme", Tool: "removed", CallID: "c3", Args: json.RawMessage(`{}`),
+			Runner: "fake", State: job.StateQueued, CreatedAt: created.Add(time.Millisecond)},
+	}
+	for _, j := range records {
+		if err := st.Create(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close() // the old process is gone
+
+	st, err = store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r := &fakeRunner{}
+	prom := prometheus.NewRegistry()
+	m := job.NewMetrics(prom)
+	svc, err := job.New(job.Config{WorkDir: filepath.Join(dir, "work"), Metrics: m}, st, testTools(t, nil), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		svc.Shutdown(sctx)
+	}()
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.reaped != 1 {
+		t.Errorf("Reap called %d times, want 1", r.reaped)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	j, err := svc.Wait(wctx, "acme", "job_queued")
+	if err != nil || j.State != job.StateSucceeded || j.Result.Content != "again" || j.Attempts != 1 {
+		t.Errorf("queued job after restart: %+v %+v, %v; want it run", j, j.Result, err)
+	}
+	j, err = svc.Get(ctx, "acme", "job_running")
+	if err != nil || j.State != job.StateFailed || j.Reason != job.ReasonLost || j.FinishedAt == nil ||
+		j.Result == nil || j.Result.OK || j.Result.Error != "sandboxd restarted while the job was running" {
+		t.Errorf("running job after restart: %+v, %v; want failed/lost", j, err)
+	}
+	j, err = svc.Wait(wctx, "acme", "job_gone_tool")
+	if err != nil || j.State != job.StateFailed || j.Reason != job.ReasonInternal {
+		t.Errorf("queued job of a removed tool: %+v, %v; want failed/internal", j, err)
+	}
+	if got := metricValues(t, prom, "sandboxd_jobs_total", map[string]string{"tool": "echo", "outcome": job.OutcomeLost}); len(got) != 1 || got[0] != 1 {
+		t.Errorf("lost jobs counted %v, want 1", got)
+	}
+
+	// The lost job's events are synthesized from its record.
+	ch, err := svc.Subscribe(ctx, "acme", "job_running")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []job.EventType
+	for ev := range ch {
+		types = append(types, ev.Type)
+	}
+	if want := []job.EventType{job.EventQueued, job.EventStarted, job.EventFinished}; !equalTypes(types, want) {
+		t.Errorf("synthesized events %v, want %v", types, want)
+	}
+}

@@ -1,0 +1,323 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// retainFinished is how many finished jobs keep their in-memory event
+// history (with output) for late subscribers; older ones are synthesized
+// from the store.
+const retainFinished = 64
+
+// Service runs tool calls as jobs. Lifecycle: New, then Start (recovery,
+// then workers), then any number of concurrent calls, then Shutdown. Submit
+// is accepted before Start (jobs wait in the queue); after Shutdown it is
+// ErrShutdown. The caller owns the Store, the Registry and the Runner and
+// closes them after Shutdown returns.
+//
+// Terminal states. Every terminal job carries a Result, so an
+// API can always hand the model something to read.
+//
+//	succeeded             the tool ran and its Result is OK.
+//	failed/tool_error     the tool ran (or refused its arguments) and reported
+//	                      a failure: non-zero exit, a signal, OOM, Run
+//	                      returning an error or a Result with OK=false. The
+//	                      Result is the tool's and is meaningful to the model.
+//	failed/timeout        the tool ran past its time limit (Result says so).
+//	failed/internal       the service could not run the tool: runner or
+//	                      sandbox error, unknown tool at recovery, a panic.
+//	failed/lost           the daemon died while the job ran (found at Start).
+//	failed/shutdown       the daemon shut down and its grace period ended
+//	                      while the job ran.
+//	cancelled/cancelled   a client cancelled the job.
+//
+// So State alone answers "did the call work?", Reason says why not, and the
+// metrics outcome label (see Outcome*) follows Reason.
+type Service struct {
+	cfg Config
+	st  Store
+	reg *tools.Registry
+	r   runner.Runner // nil: sandboxed tools fail with reason internal
+	log *slog.Logger
+	m   *Metrics
+
+	// Admission: a token in slots for every job waiting in queue. Submit
+	// reserves one before writing the record; a worker frees it when it
+	// takes the job. queue has the same capacity, so a send after a
+	// successful reservation never blocks.
+	slots chan struct{}
+	queue chan *entry
+
+	mu      sync.RWMutex // guards closed and started; Submit holds it shared
+	closed  bool
+	started bool
+
+	emu     sync.Mutex // guards entries and retired
+	entries map[string]*entry
+	retired []string // FIFO of retained finished job IDs
+
+	runCtx    context.Context // parent of every job's context
+	runCancel context.CancelFunc
+	quit      chan struct{} // closed by Shutdown: take no new jobs
+	bg        sync.WaitGroup
+
+	avgNanos atomic.Int64 // moving average of job durations (QueueRetryAfter)
+}
+
+// entry is the in-memory side of a job that is queued, running or recently
+// finished.
+type entry struct {
+	mu           sync.Mutex
+	job          *Job // current state; written to the store under mu
+	tool         *tools.Tool
+	args         map[string]any // nil for recovered jobs: prepared at run time
+	cancel       context.CancelFunc
+	cancelReason string // ReasonCancelled or ReasonShutdown, set before cancel
+	done         chan struct{}
+	events       *hub
+}
+
+func (e *entry) snapshot() *Job {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return cloneJob(e.job)
+}
+
+// New returns a stopped service. st and reg are required; r may be nil when
+// only in-process tools are registered.
+func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, error) {
+	if st == nil || reg == nil {
+		return nil, errors.New("job.New: store and registry are required")
+	}
+	cfg, err := cfg.withDefaults(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+		return nil, fmt.Errorf("job.New: work dir: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{
+		cfg: cfg, st: st, reg: reg, r: r, log: cfg.Logger, m: cfg.Metrics,
+		slots:     make(chan struct{}, cfg.QueueSize),
+		queue:     make(chan *entry, cfg.QueueSize),
+		entries:   make(map[string]*entry),
+		runCtx:    ctx,
+		runCancel: cancel,
+		quit:      make(chan struct{}),
+	}, nil
+}
+
+// Start recovers from the previous process and starts the workers:
+//  1. if the runner is a runner.Reaper, sandboxes left behind are reaped;
+//  2. running jobs become failed/lost (their process died with the daemon);
+//  3. queued jobs are queued again (they never started) and run in order of
+//     creation, waiting for queue room if there are more than QueueSize.
+//
+// Start may be called once; when it fails (reaping or reading the store)
+// the daemon should exit rather than run without recovery.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrShutdown
+	}
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("job service already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	if rp, ok := s.r.(runner.Reaper); ok {
+		n, err := rp.Reap(ctx)
+		if err != nil {
+			return fmt.Errorf("start: reap sandboxes: %w", err)
+		}
+		s.log.Info("reaped sandboxes of a previous process", "count", n)
+	}
+	unfinished, err := s.st.ListUnfinished(ctx)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	var requeue []*entry
+	for _, j := range unfinished {
+		switch j.State {
+		case StateRunning:
+			now := time.Now().UTC()
+			j.State, j.Reason, j.FinishedAt = StateFailed, ReasonLost, &now
+			j.Result = &tools.Result{OK: false, Error: "sandboxd restarted while the job was running"}
+			if err := s.st.Update(ctx, j); err != nil {
+				return fmt.Errorf("start: mark job %s lost: %w", j.ID, err)
+			}
+			s.m.jobs.WithLabelValues(j.Tool, j.Runner, OutcomeLost).Inc()
+			s.log.Warn("job lost in a restart", "job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
+		case StateQueued:
+			if s.entry(j.ID) != nil {
+				continue // submitted to this process before Start
+			}
+			e := newEntry(j, nil, nil, s.cfg.EventHistory)
+			e.events.emit(Event{Type: EventQueued, Time: j.CreatedAt, Job: cloneJob(j)})
+			s.register(e)
+			requeue = append(requeue, e)
+		}
+	}
+	if len(requeue) > 0 {
+		s.log.Info("re-queued jobs of a previous process", "count", len(requeue))
+	}
+	for range s.cfg.Workers {
+		s.bg.Go(s.worker)
+	}
+	s.bg.Go(func() {
+		for _, e := range requeue {
+			select {
+			case s.slots <- struct{}{}:
+				s.m.queueDepth.Inc()
+				s.queue <- e
+			case <-s.quit:
+				return // still queued in the store: runs at the next start
+			}
+		}
+	})
+	return nil
+}
+
+// Shutdown stops accepting jobs (Submit returns ErrShutdown) and lets
+// running jobs finish until ctx ends; then it cancels them (failed/shutdown)
+// and waits a little for the workers to record that. Jobs still queued stay
+// queued in the store and run at the next Start. It returns ctx.Err() when
+// jobs had to be cancelled.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.quit)
+	}
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { s.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.runCancel()
+		return nil
+	case <-ctx.Done():
+	}
+	s.emu.Lock()
+	running := make([]*entry, 0, len(s.entries))
+	for _, e := range s.entries {
+		running = append(running, e)
+	}
+	s.emu.Unlock()
+	for _, e := range running {
+		e.mu.Lock()
+		if e.job.State == StateRunning && e.cancel != nil && e.cancelReason == "" {
+			e.cancelReason = ReasonShutdown
+			e.cancel()
+		}
+		e.mu.Unlock()
+	}
+	s.runCancel() // also catches a job between dequeue and start
+	select {
+	case <-done:
+		return fmt.Errorf("shutdown: cancelled running jobs: %w", ctx.Err())
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("shutdown: jobs still running 10s after cancel: %w", ctx.Err())
+	}
+}
+
+func newEntry(j *Job, tool *tools.Tool, args map[string]any, history int) *entry {
+	return &entry{job: j, tool: tool, args: args, done: make(chan struct{}), events: newHub(history)}
+}
+
+func (s *Service) entry(id string) *entry {
+	s.emu.Lock()
+	defer s.emu.Unlock()
+	return s.entries[id]
+}
+
+func (s *Service) register(e *entry) {
+	s.emu.Lock()
+	defer s.emu.Unlock()
+	s.entries[e.job.ID] = e
+}
+
+func (s *Service) unregister(id string) {
+	s.emu.Lock()
+	defer s.emu.Unlock()
+	delete(s.entries, id)
+}
+
+// finished runs once per job after its terminal state is recorded: metrics,
+// the finished event, waking waiters, and retiring old entries.
+func (s *Service) finished(e *entry, j *Job) {
+	s.m.jobs.WithLabelValues(j.Tool, j.Runner, outcome(j)).Inc()
+	if j.StartedAt != nil && j.FinishedAt != nil {
+		d := j.FinishedAt.Sub(*j.StartedAt)
+		s.m.duration.WithLabelValues(j.Tool, j.Runner).Observe(d.Seconds())
+		for { // exponential moving average, weight 1/8
+			old := s.avgNanos.Load()
+			nv := int64(d)
+			if old > 0 {
+				nv = old + (int64(d)-old)/8
+			}
+			if s.avgNanos.CompareAndSwap(old, nv) {
+				break
+			}
+		}
+	}
+	if j.Result != nil { // Effects are set only when the tool ran
+		for _, eff := range j.Result.Effects {
+			s.m.effects.WithLabelValues(j.Tenant, j.Tool, string(eff)).Inc()
+		}
+	}
+	e.events.emit(Event{Type: EventFinished, Time: *j.FinishedAt, Job: j})
+	close(e.done)
+
+	s.emu.Lock()
+	defer s.emu.Unlock()
+	s.retired = append(s.retired, j.ID)
+	if len(s.retired) > retainFinished {
+		delete(s.entries, s.retired[0])
+		s.retired = slices.Delete(s.retired, 0, 1)
+	}
+}
+
+// cloneJob returns a copy sharing nothing mutable with j.
+func cloneJob(j *Job) *Job {
+	if j == nil {
+		return nil
+	}
+	c := *j
+	c.Args = slices.Clone(j.Args)
+	if j.Result != nil {
+		r := *j.Result
+		r.Effects = slices.Clone(r.Effects)
+		r.Artifacts = slices.Clone(r.Artifacts)
+		if r.Process != nil {
+			p := *r.Process
+			r.Process = &p
+		}
+		c.Result = &r
+	}
+	if j.StartedAt != nil {
+		t := *j.StartedAt
+		c.StartedAt = &t
+	}
+	if j.FinishedAt != nil {
+		t := *j.FinishedAt
+		c.FinishedAt = &t
+	}
+	return &c
+}

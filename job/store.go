@@ -1,0 +1,29 @@
+package job
+
+import "context"
+
+// Store is the durable record of jobs the service consumes. Package store
+// implements it (SQLite); the service never imports a backend.
+//
+// Every method is safe for concurrent use. Jobs passed in and returned are
+// owned by the caller: a Store copies what it keeps.
+type Store interface {
+	// Create records a new job. A second job of the same tenant with the
+	// same non-empty IdempotencyKey, or a duplicate ID, is ErrConflict.
+	Create(ctx context.Context, j *Job) error
+	// Get returns a job by ID, of any tenant, or ErrNotFound.
+	Get(ctx context.Context, id string) (*Job, error)
+	// GetByIdempotencyKey returns the tenant's job with that key or
+	// ErrNotFound.
+	GetByIdempotencyKey(ctx context.Context, tenant, key string) (*Job, error)
+	// Update replaces the mutable fields of the record with j's (all but
+	// ID, Tenant and CreatedAt); ErrNotFound when there is no such job.
+	Update(ctx context.Context, j *Job) error
+	// List returns a tenant's jobs newest first (CreatedAt, then ID),
+	// filtered by f.Tool and f.State. Limit <= 0 means 50; at most 500.
+	// next is the opaque cursor of the following page, "" on the last
+	// page. A malformed cursor is ErrInvalid.
+	List(ctx context.Context, tenant string, f ListFilter) (jobs []*Job, next string, err error)
+	// ListUnfinished returns every queued or running job, oldest first.
+	ListUnfinished(ctx context.Context) ([]*Job, error)
+}

@@ -1,0 +1,82 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// migrations are applied in order; migrations[i] is version i+1. Never edit
+// a released migration: append a new one. Each runs in its own transaction
+// together with the row recording it, so a crash leaves either both or
+// neither, and re-running Open is a no-op.
+var migrations = []string{
+	// 1: jobs.
+	`CREATE TABLE IF NOT EXISTS jobs (
+		id              TEXT    PRIMARY KEY,
+		tenant          TEXT    NOT NULL,
+		tool            TEXT    NOT NULL,
+		call_id         TEXT    NOT NULL DEFAULT '',
+		args            TEXT    NOT NULL DEFAULT 'null',  -- JSON
+		idempotency_key TEXT,                             -- NULL when none
+		runner          TEXT    NOT NULL DEFAULT '',
+		limits          TEXT    NOT NULL DEFAULT '{}',    -- JSON runner.Limits
+		state           TEXT    NOT NULL,
+		reason          TEXT    NOT NULL DEFAULT '',
+		result          TEXT,                             -- JSON tools.Result, NULL when none
+		attempts        INTEGER NOT NULL DEFAULT 0,
+		created_at      INTEGER NOT NULL,                 -- unix nanoseconds, UTC
+		started_at      INTEGER,
+		finished_at     INTEGER
+	);
+	CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency
+		ON jobs (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
+	CREATE INDEX IF NOT EXISTS jobs_tenant_created
+		ON jobs (tenant, created_at DESC, id DESC);
+	CREATE INDEX IF NOT EXISTS jobs_unfinished
+		ON jobs (state, created_at) WHERE state IN ('queued', 'running');`,
+}
+
+// migrate brings the schema to the latest version.
+func migrate(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		applied_at INTEGER NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	for i, stmt := range migrations {
+		if err := apply(ctx, db, i+1, stmt); err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+func apply(ctx context.Context, db *sql.DB, version int, stmt string) (err error) {
+	tx, err := db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock): one migrator at a time
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return tx.Rollback()
+	}
+	if _, err := tx.ExecContext(ctx, stmt); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
+		version, time.Now().UnixNano()); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,313 @@
+// Package store keeps sandboxd's durable records. SQLite (embedded, pure Go
+// via modernc.org/sqlite) is the default backend; it implements job.Store.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+var _ job.Store = (*SQLite)(nil)
+
+// SQLite is a job.Store in one SQLite database file. It is safe for
+// concurrent use; the caller that opened it must Close it after the job
+// service has shut down.
+type SQLite struct {
+	db *sql.DB
+}
+
+// Open opens (creating if needed) the database at path and applies the
+// pending migrations. The database runs in WAL mode with a busy timeout,
+// foreign keys on and write transactions started IMMEDIATE, so concurrent
+// writers wait for each other instead of failing with SQLITE_BUSY.
+func Open(path string) (*SQLite, error) {
+	if path == "" || strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("open store: invalid path %q", path)
+	}
+	q := url.Values{}
+	q.Set("_busy_timeout", "10000")
+	q.Set("_journal_mode", "WAL")
+	q.Set("_foreign_keys", "1")
+	q.Set("_synchronous", "NORMAL") // durable across process crashes in WAL mode
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	// WAL allows many readers and one writer; a small pool keeps reads
+	// concurrent while busy_timeout serialises the writers.
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := migrate(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return &SQLite{db: db}, nil
+}
+
+// Close closes the database. Calls after the first are no-ops.
+func (s *SQLite) Close() error { return s.db.Close() }
+
+const jobColumns = `id, tenant, tool, call_id, args, idempotency_key, runner, limits,
+	state, reason, result, attempts, created_at, started_at, finished_at`
+
+// Create implements job.Store.
+func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
+	r, err := toRow(j)
+	if err != nil {
+		return fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
+		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt)
+	if isConstraint(err) {
+		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	return nil
+}
+
+// Get implements job.Store.
+func (s *SQLite) Get(ctx context.Context, id string) (*job.Job, error) {
+	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
+	if err != nil {
+		return nil, fmt.Errorf("get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// GetByIdempotencyKey implements job.Store.
+func (s *SQLite) GetByIdempotencyKey(ctx context.Context, tenant, key string) (*job.Job, error) {
+	if key == "" {
+		return nil, fmt.Errorf("get job by idempotency key: %w", job.ErrNotFound)
+	}
+	j, err := scanJob(s.db.QueryRowContext(ctx,
+		`SELECT `+jobColumns+` FROM jobs WHERE tenant = ? AND idempotency_key = ?`, tenant, key))
+	if err != nil {
+		return nil, fmt.Errorf("get job by idempotency key: %w", err)
+	}
+	return j, nil
+}
+
+// Update implements job.Store.
+func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
+	r, err := toRow(j)
+	if err != nil {
+		return fmt.Errorf("update job %s: %w", j.ID, err)
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET
+		tool = ?, call_id = ?, args = ?, idempotency_key = ?, runner = ?, limits = ?,
+		state = ?, reason = ?, result = ?, attempts = ?, started_at = ?, finished_at = ?
+		WHERE id = ?`,
+		r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
+		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.id)
+	if isConstraint(err) {
+		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("update job %s: %w", j.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("update job %s: %w", j.ID, err)
+	} else if n == 0 {
+		return fmt.Errorf("update job %s: %w", j.ID, job.ErrNotFound)
+	}
+	return nil
+}
+
+// List implements job.Store.
+func (s *SQLite) List(ctx context.Context, tenant string, f job.ListFilter) ([]*job.Job, string, error) {
+	limit := f.Limit
+	switch {
+	case limit <= 0:
+		limit = 50
+	case limit > 500:
+		limit = 500
+	}
+	where := []string{"tenant = ?"}
+	args := []any{tenant}
+	if f.Tool != "" {
+		where = append(where, "tool = ?")
+		args = append(args, f.Tool)
+	}
+	if f.State != "" {
+		where = append(where, "state = ?")
+		args = append(args, string(f.State))
+	}
+	if f.Cursor != "" {
+		ts, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", fmt.Errorf("list jobs: %w", err)
+		}
+		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
+		args = append(args, ts, ts, id)
+	}
+	args = append(args, limit+1)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+
+		strings.Join(where, " AND ")+` ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", err)
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", err)
+	}
+	next := ""
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		last := jobs[limit-1]
+		next = encodeCursor(last.CreatedAt.UnixNano(), last.ID)
+	}
+	return jobs, next, nil
+}
+
+// ListUnfinished implements job.Store.
+func (s *SQLite) ListUnfinished(ctx context.Context) ([]*job.Job, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE state IN ('queued', 'running') ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished jobs: %w", err)
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+func isConstraint(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return true
+	}
+	return false
+}
+
+// row is a job in column form.
+type row struct {
+	id, tenant, tool, callID, args string
+	idemKey                        sql.NullString
+	runner, limits, state, reason  string
+	result                         sql.NullString
+	attempts                       int
+	createdAt                      int64
+	startedAt, finishedAt          sql.NullInt64
+}
+
+func toRow(j *job.Job) (row, error) {
+	r := row{
+		id: j.ID, tenant: j.Tenant, tool: j.Tool, callID: j.CallID,
+		args:    "null",
+		idemKey: sql.NullString{String: j.IdempotencyKey, Valid: j.IdempotencyKey != ""},
+		runner:  j.Runner, state: string(j.State), reason: j.Reason,
+		attempts:  j.Attempts,
+		createdAt: j.CreatedAt.UnixNano(),
+	}
+	if len(j.Args) > 0 {
+		if !json.Valid(j.Args) {
+			return row{}, fmt.Errorf("%w: args are not valid JSON", job.ErrInvalid)
+		}
+		r.args = string(j.Args)
+	}
+	b, err := json.Marshal(j.Limits)
+	if err != nil {
+		return row{}, fmt.Errorf("encode limits: %w", err)
+	}
+	r.limits = string(b)
+	if j.Result != nil {
+		b, err := json.Marshal(j.Result)
+		if err != nil {
+			return row{}, fmt.Errorf("encode result: %w", err)
+		}
+		r.result = sql.NullString{String: string(b), Valid: true}
+	}
+	if j.StartedAt != nil {
+		r.startedAt = sql.NullInt64{Int64: j.StartedAt.UnixNano(), Valid: true}
+	}
+	if j.FinishedAt != nil {
+		r.finishedAt = sql.NullInt64{Int64: j.FinishedAt.UnixNano(), Valid: true}
+	}
+	return r, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(sc scanner) (*job.Job, error) {
+	var r row
+	err := sc.Scan(&r.id, &r.tenant, &r.tool, &r.callID, &r.args, &r.idemKey, &r.runner, &r.limits,
+		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, job.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	j := &job.Job{
+		ID: r.id, Tenant: r.tenant, Tool: r.tool, CallID: r.callID,
+		IdempotencyKey: r.idemKey.String,
+		Runner:         r.runner, State: job.State(r.state), Reason: r.reason,
+		Attempts:  r.attempts,
+		CreatedAt: time.Unix(0, r.createdAt).UTC(),
+	}
+	if r.args != "null" && r.args != "" {
+		j.Args = json.RawMessage(r.args)
+	}
+	if err := json.Unmarshal([]byte(r.limits), &j.Limits); err != nil {
+		return nil, fmt.Errorf("decode limits of job %s: %w", r.id, err)
+	}
+	if r.result.Valid {
+		j.Result = new(tools.Result)
+		if err := json.Unmarshal([]byte(r.result.String), j.Result); err != nil {
+			return nil, fmt.Errorf("decode result of job %s: %w", r.id, err)
+		}
+	}
+	if r.startedAt.Valid {
+		t := time.Unix(0, r.startedAt.Int64).UTC()
+		j.StartedAt = &t
+	}
+	if r.finishedAt.Valid {
+		t := time.Unix(0, r.finishedAt.Int64).UTC()
+		j.FinishedAt = &t
+	}
+	return j, nil
+}
+
+func scanJobs(rows *sql.Rows) ([]*job.Job, error) {
+	defer rows.Close()
+	var jobs []*job.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, rows.Err()
+}
