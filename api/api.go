@@ -1,0 +1,109 @@
+// Package api serves sandboxd's HTTP API: jobs (submit, get, list, cancel,
+// server-sent events), the tool catalogue, health, metrics and the OpenAPI
+// document. It talks to the job service only through JobService.
+package api
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxWait      = 5 * time.Minute
+	DefaultHeartbeat    = 15 * time.Second
+	// DefaultTenant serves every request when no API keys are configured.
+	DefaultTenant = "default"
+)
+
+// Options configures the handler. The zero value is usable: no auth (one
+// tenant, DefaultTenant), 1 MiB bodies, waits capped at 5 minutes, no
+// /metrics route, discarded logs.
+type Options struct {
+	// Keys maps an API key to its tenant. Empty means no authentication
+	// and a single tenant, DefaultTenant.
+	Keys map[string]string
+	// MaxBodyBytes caps request bodies (413 past it).
+	MaxBodyBytes int64
+	// MaxWait caps ?wait on submit and get.
+	MaxWait time.Duration
+	// Gatherer is served at /metrics; nil means no /metrics route.
+	Gatherer prometheus.Gatherer
+	// Registerer receives the API's own metrics (requests by route and
+	// code, request duration); nil means they are not exported.
+	Registerer prometheus.Registerer
+	// Logger receives access and error logs; nil discards them.
+	Logger *slog.Logger
+	// Version is reported by /healthz.
+	Version string
+	// Heartbeat is the interval of SSE comment heartbeats (default 15s).
+	Heartbeat time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// server holds what every handler shares.
+type server struct {
+	svc  JobService
+	opts Options
+	log  *slog.Logger
+}
+
+// New returns the HTTP handler of the API. Routes:
+//
+//	GET  /healthz, /metrics, /openapi.yaml        (no auth)
+//	POST /v1/jobs                                  submit (?wait)
+//	GET  /v1/jobs, /v1/jobs/{id} (?wait)           list, get
+//	POST /v1/jobs/{id}/cancel
+//	GET  /v1/jobs/{id}/events                      server-sent events
+//	GET  /v1/tools, /v1/tools/{name} (?format)
+func New(svc JobService, opts Options) http.Handler {
+	opts.setDefaults()
+	s := &server{svc: svc, opts: opts, log: opts.Logger}
+	m := newHTTPMetrics(opts.Registerer, opts.Logger)
+
+	r := chi.NewRouter()
+	r.Use(requestID, s.accessLog(m), s.recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no route for " + r.URL.Path})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: r.Method + " is not allowed on " + r.URL.Path})
+	})
+
+	r.Get("/healthz", s.healthz)
+	r.Get("/openapi.yaml", serveOpenAPI)
+	if opts.Gatherer != nil {
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(newAuthenticator(opts.Keys).middleware(s))
+		r.Mount("/jobs", (&jobsResource{s}).Routes())
+		r.Mount("/tools", (&toolsResource{s}).Routes())
+	})
+	return r
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.opts.Version})
+}

@@ -1,0 +1,274 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+func decodeJob(t *testing.T, body string) jobView {
+	t.Helper()
+	var j jobView
+	if err := json.Unmarshal([]byte(body), &j); err != nil {
+		t.Fatalf("decode job %q: %v", body, err)
+	}
+	return j
+}
+
+func decodeErr(t *testing.T, body string) errorPayload {
+	t.Helper()
+	var e errorBody
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("decode error %q: %v", body, err)
+	}
+	return e.Error
+}
+
+func okResult(content string) *tools.Result {
+	return &tools.Result{OK: true, Content: content, Usage: tools.Usage{WallMS: 3}}
+}
+
+func TestHealthzOpenAPIMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, Options{Gatherer: reg, Registerer: reg, Version: "v1.2.3", Keys: map[string]string{"k": "a"}})
+
+	rec := h.do("GET", "/healthz", "")
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"status":"ok"`) || !strings.Contains(rec.Body.String(), "v1.2.3") {
+		t.Fatalf("healthz: %d %s", rec.Code, rec.Body)
+	}
+	rec = h.do("GET", "/openapi.yaml", "")
+	if rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), "openapi: 3.0.3") {
+		t.Fatalf("openapi.yaml: %d", rec.Code)
+	}
+	h.do("GET", "/v1/jobs/nope", "", "X-API-Key: k")
+	rec = h.do("GET", "/metrics", "")
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `sandboxd_http_requests_total{code="404",method="GET",route="/v1/jobs/{id}"} 1`) {
+		t.Fatalf("metrics: %d\n%s", rec.Code, rec.Body)
+	}
+
+	// No Gatherer: no /metrics route.
+	h2 := newHarness(t, Options{})
+	if rec, _ := h2.serve("GET", "/metrics", ""); rec.Code != 404 {
+		t.Fatalf("metrics without gatherer: %d", rec.Code)
+	}
+}
+
+func TestMetricsReuseRegistry(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	a := newHarness(t, Options{Registerer: reg})
+	b := newHarness(t, Options{Registerer: reg}) // same registry: no panic, shared counters
+	a.do("GET", "/healthz", "")
+	b.do("GET", "/healthz", "")
+	if n := testutil.ToFloat64(mustCounter(t, reg)); n != 2 {
+		t.Fatalf("healthz requests = %v, want 2", n)
+	}
+}
+
+func mustCounter(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
+	t.Helper()
+	m := newHTTPMetrics(reg, nil)
+	return m.requests.WithLabelValues("GET", "/healthz", "200")
+}
+
+func TestRequestID(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	rec := h.do("GET", "/healthz", "", "X-Request-ID: abc-123")
+	if got := rec.Header().Get("X-Request-ID"); got != "abc-123" {
+		t.Fatalf("echoed request id %q", got)
+	}
+	rec = h.do("GET", "/healthz", "", "X-Request-ID: "+strings.Repeat("x", 200))
+	if got := rec.Header().Get("X-Request-ID"); len(got) != 24 {
+		t.Fatalf("generated request id %q", got)
+	}
+	rec = h.do("GET", "/v1/jobs/missing", "", "X-Request-ID: rid-1")
+	if e := decodeErr(t, rec.Body.String()); e.RequestID != "rid-1" {
+		t.Fatalf("error body request_id %q", e.RequestID)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Keys: map[string]string{"key-alice": "alice", "key-bob": "bob"}})
+	for _, tc := range []struct {
+		name   string
+		header []string
+		want   int
+	}{
+		{"missing", nil, 401},
+		{"unknown bearer", []string{"Authorization: Bearer nope"}, 401},
+		{"wrong scheme", []string{"Authorization: Basic key-alice"}, 401},
+		{"prefix of a key", []string{"X-API-Key: key-al"}, 401},
+		{"bearer", []string{"Authorization: Bearer key-alice"}, 200},
+		{"bearer lower-case scheme", []string{"Authorization: bearer key-alice"}, 200},
+		{"x-api-key", []string{"X-API-Key: key-bob"}, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := h.do("GET", "/v1/jobs", "", tc.header...)
+			if rec.Code != tc.want {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tc.want, rec.Body)
+			}
+			if tc.want == 401 {
+				if e := decodeErr(t, rec.Body.String()); e.Code != CodeUnauthorized {
+					t.Fatalf("code %q", e.Code)
+				}
+				if rec.Header().Get("WWW-Authenticate") == "" {
+					t.Fatal("no WWW-Authenticate")
+				}
+			}
+		})
+	}
+	// healthz needs no key.
+	if rec := h.do("GET", "/healthz", ""); rec.Code != 200 {
+		t.Fatalf("healthz with keys: %d", rec.Code)
+	}
+
+	// Tenants are isolated.
+	rec := h.do("POST", "/v1/jobs", `{"tool":"echo","arguments":{"text":"hi"}}`, "X-API-Key: key-alice")
+	if rec.Code != 202 {
+		t.Fatalf("submit: %d %s", rec.Code, rec.Body)
+	}
+	j := decodeJob(t, rec.Body.String())
+	if j.Tenant != "alice" {
+		t.Fatalf("tenant %q", j.Tenant)
+	}
+	for _, path := range []string{"/v1/jobs/" + j.ID, "/v1/jobs/" + j.ID + "/events"} {
+		if rec := h.do("GET", path, "", "X-API-Key: key-bob"); rec.Code != 404 {
+			t.Fatalf("bob GET %s: %d", path, rec.Code)
+		}
+	}
+	if rec := h.do("POST", "/v1/jobs/"+j.ID+"/cancel", "", "X-API-Key: key-bob"); rec.Code != 404 {
+		t.Fatalf("bob cancel: %d", rec.Code)
+	}
+	rec = h.do("GET", "/v1/jobs", "", "X-API-Key: key-bob")
+	if strings.Contains(rec.Body.String(), j.ID) {
+		t.Fatalf("bob lists alice's job: %s", rec.Body)
+	}
+	if rec := h.do("GET", "/v1/jobs/"+j.ID, "", "X-API-Key: key-alice"); rec.Code != 200 {
+		t.Fatalf("alice GET: %d", rec.Code)
+	}
+}
+
+func TestNoKeysDefaultTenant(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	rec := h.do("POST", "/v1/jobs", `{"tool":"echo","arguments":{"text":"hi"}}`)
+	if j := decodeJob(t, rec.Body.String()); rec.Code != 202 || j.Tenant != DefaultTenant {
+		t.Fatalf("submit: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestGetListCancel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	var ids []string
+	for i, tool := range []string{"a", "b", "a"} {
+		rec := h.do("POST", "/v1/jobs", fmt.Sprintf(`{"tool":%q,"call_id":"c%d"}`, tool, i))
+		ids = append(ids, decodeJob(t, rec.Body.String()).ID)
+	}
+	h.fake.Finish(ids[0], okResult("done"))
+
+	rec := h.do("GET", "/v1/jobs/"+ids[0], "")
+	if j := decodeJob(t, rec.Body.String()); rec.Code != 200 || j.State != job.StateSucceeded {
+		t.Fatalf("get: %d %s", rec.Code, rec.Body)
+	}
+	if rec := h.do("GET", "/v1/jobs/job_404", ""); rec.Code != 404 || decodeErr(t, rec.Body.String()).Code != CodeNotFound {
+		t.Fatalf("get missing: %d %s", rec.Code, rec.Body)
+	}
+
+	list := func(q string) jobList {
+		t.Helper()
+		rec := h.do("GET", "/v1/jobs"+q, "")
+		if rec.Code != 200 {
+			t.Fatalf("list %s: %d %s", q, rec.Code, rec.Body)
+		}
+		var l struct {
+			Jobs       []jobView `json:"jobs"`
+			NextCursor string    `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		out := jobList{NextCursor: l.NextCursor}
+		for i := range l.Jobs {
+			out.Jobs = append(out.Jobs, &l.Jobs[i])
+		}
+		return out
+	}
+	if l := list(""); len(l.Jobs) != 3 || l.Jobs[0].ID != ids[2] || l.NextCursor != "" {
+		t.Fatalf("list all: %+v", l)
+	}
+	if l := list("?tool=a"); len(l.Jobs) != 2 {
+		t.Fatalf("list tool=a: %d jobs", len(l.Jobs))
+	}
+	if l := list("?state=succeeded"); len(l.Jobs) != 1 || l.Jobs[0].ID != ids[0] {
+		t.Fatalf("list state: %+v", l)
+	}
+	page := list("?limit=2")
+	if len(page.Jobs) != 2 || page.NextCursor == "" {
+		t.Fatalf("page 1: %+v", page)
+	}
+	if l := list("?limit=2&cursor=" + page.NextCursor); len(l.Jobs) != 1 || l.Jobs[0].ID != ids[0] {
+		t.Fatalf("page 2: %+v", l)
+	}
+	for _, q := range []string{"?state=done", "?limit=0", "?limit=501", "?limit=x", "?cursor=bad"} {
+		if rec := h.do("GET", "/v1/jobs"+q, ""); rec.Code != 400 {
+			t.Fatalf("list %s: %d", q, rec.Code)
+		}
+	}
+
+	rec = h.do("POST", "/v1/jobs/"+ids[1]+"/cancel", "")
+	if j := decodeJob(t, rec.Body.String()); rec.Code != 200 || j.State != job.StateCancelled || j.Reason != job.ReasonCancelled {
+		t.Fatalf("cancel: %d %s", rec.Code, rec.Body)
+	}
+	rec = h.do("POST", "/v1/jobs/"+ids[0]+"/cancel", "")
+	if j := decodeJob(t, rec.Body.String()); rec.Code != 200 || j.State != job.StateSucceeded {
+		t.Fatalf("cancel terminal: %d %s", rec.Code, rec.Body)
+	}
+	if rec := h.do("POST", "/v1/jobs/nope/cancel", ""); rec.Code != 404 {
+		t.Fatalf("cancel missing: %d", rec.Code)
+	}
+}
+
+func TestRoutingErrors(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	rec, _ := h.serve("GET", "/v2/nothing", "")
+	if rec.Code != 404 || decodeErr(t, rec.Body.String()).Code != CodeNotFound {
+		t.Fatalf("unknown route: %d %s", rec.Code, rec.Body)
+	}
+	rec, _ = h.serve("DELETE", "/v1/jobs", "")
+	if rec.Code != 405 || decodeErr(t, rec.Body.String()).Code != CodeMethodNotAllowed {
+		t.Fatalf("wrong method: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestParseWait(t *testing.T) {
+	t.Parallel()
+	max := time.Minute
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		bad  bool
+	}{
+		{"", 0, false}, {"false", 0, false}, {"0", 0, false}, {"true", max, false},
+		{"10s", 10 * time.Second, false}, {"2.5", 2500 * time.Millisecond, false},
+		{"1h", max, false}, {"1e300", max, false}, {"NaN", 0, true}, {"+Inf", 0, true},
+		{"-1", 0, true}, {"-1s", 0, true}, {"soon", 0, true},
+	} {
+		got, err := parseWait(tc.in, max)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("parseWait(%q) = %v, %v; want %v, bad=%v", tc.in, got, err, tc.want, tc.bad)
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// The JSON shapes of the API (see api/openapi.yaml).
+
+type wireSubmit struct {
+	Tool           string          `json:"tool,omitempty"`
+	Arguments      json.RawMessage `json:"arguments,omitempty"`
+	CallID         string          `json:"call_id,omitempty"`
+	Call           json.RawMessage `json:"call,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Limits         *wireLimits     `json:"limits,omitempty"`
+}
+
+type wireLimits struct {
+	MemoryBytes   int64 `json:"memory_bytes,omitempty"`
+	PIDs          int64 `json:"pids,omitempty"`
+	CPUMillis     int64 `json:"cpu_millis,omitempty"`
+	TimeoutMS     int64 `json:"timeout_ms,omitempty"`
+	OutputBytes   int64 `json:"output_bytes,omitempty"`
+	NoFile        int64 `json:"nofile,omitempty"`
+	FileSizeBytes int64 `json:"file_size_bytes,omitempty"`
+}
+
+func fromLimits(l runner.Limits) wireLimits {
+	return wireLimits{
+		MemoryBytes: l.MemoryBytes, PIDs: l.PIDs, CPUMillis: l.CPUMillis,
+		TimeoutMS: l.Timeout.Milliseconds(), OutputBytes: l.OutputBytes,
+		NoFile: l.NoFile, FileSizeBytes: l.FileSize,
+	}
+}
+
+func (l wireLimits) limits() runner.Limits {
+	return runner.Limits{
+		MemoryBytes: l.MemoryBytes, PIDs: l.PIDs, CPUMillis: l.CPUMillis,
+		Timeout:     time.Duration(l.TimeoutMS) * time.Millisecond,
+		OutputBytes: l.OutputBytes, NoFile: l.NoFile, FileSize: l.FileSizeBytes,
+	}
+}
+
+type wireJob struct {
+	ID             string          `json:"id"`
+	Tenant         string          `json:"tenant"`
+	Tool           string          `json:"tool"`
+	CallID         string          `json:"call_id"`
+	Arguments      json.RawMessage `json:"arguments"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Runner         string          `json:"runner,omitempty"`
+	Limits         wireLimits      `json:"limits"`
+	State          job.State       `json:"state"`
+	Reason         string          `json:"reason,omitempty"`
+	Result         *tools.Result   `json:"result,omitempty"`
+	Attempts       int             `json:"attempts"`
+	CreatedAt      time.Time       `json:"created_at"`
+	StartedAt      *time.Time      `json:"started_at,omitempty"`
+	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+}
+
+func (w *wireJob) job() *job.Job {
+	return &job.Job{
+		ID: w.ID, Tenant: w.Tenant, Tool: w.Tool, CallID: w.CallID, Args: w.Arguments,
+		IdempotencyKey: w.IdempotencyKey, Runner: w.Runner, Limits: w.Limits.limits(),
+		State: w.State, Reason: w.Reason, Result: w.Result, Attempts: w.Attempts,
+		CreatedAt: w.CreatedAt, StartedAt: w.StartedAt, FinishedAt: w.FinishedAt,
+	}
+}
+
+func toWire(j *job.Job) wireJob {
+	return wireJob{
+		ID: j.ID, Tenant: j.Tenant, Tool: j.Tool, CallID: j.CallID, Arguments: j.Args,
+		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, Limits: fromLimits(j.Limits),
+		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
+		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
+	}
+}
+
+// MarshalJob renders a job in the API's JSON shape (limits in timeout_ms,
+// arguments under "arguments"), indented, as `sandboxd run --output json`
+// prints it.
+func MarshalJob(j *job.Job) ([]byte, error) {
+	return json.MarshalIndent(toWire(j), "", "  ")
+}

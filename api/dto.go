@@ -1,0 +1,82 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// jobView is a job as the API shows it: limits in the request's units
+// (timeout_ms), arguments under the request's name.
+type jobView struct {
+	ID             string          `json:"id"`
+	Tenant         string          `json:"tenant"`
+	Tool           string          `json:"tool"`
+	CallID         string          `json:"call_id"`
+	Arguments      json.RawMessage `json:"arguments"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Runner         string          `json:"runner,omitempty"`
+	Limits         limitsBody      `json:"limits"`
+	State          job.State       `json:"state"`
+	Reason         string          `json:"reason,omitempty"`
+	Result         *tools.Result   `json:"result,omitempty"`
+	Attempts       int             `json:"attempts"`
+	CreatedAt      time.Time       `json:"created_at"`
+	StartedAt      *time.Time      `json:"started_at,omitempty"`
+	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+}
+
+func viewJob(j *job.Job) *jobView {
+	if j == nil {
+		return nil
+	}
+	args := j.Args
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	return &jobView{
+		ID: j.ID, Tenant: j.Tenant, Tool: j.Tool, CallID: j.CallID, Arguments: args,
+		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, Limits: limitsView(j.Limits),
+		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
+		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
+	}
+}
+
+type jobList struct {
+	Jobs       []*jobView `json:"jobs"`
+	NextCursor string     `json:"next_cursor"`
+}
+
+type eventView struct {
+	Seq  int           `json:"seq"`
+	Type job.EventType `json:"type"`
+	Time time.Time     `json:"time"`
+	Data string        `json:"data,omitempty"`
+	Job  *jobView      `json:"job,omitempty"`
+}
+
+// toolView is sandboxd's own tool shape (GET /v1/tools without ?format).
+type toolView struct {
+	Name         string          `json:"name"`
+	Description  string          `json:"description"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
+	Effects      []tools.Effect  `json:"effects"`
+	ParallelSafe bool            `json:"parallel_safe"`
+}
+
+func viewTool(t *tools.Tool) toolView {
+	v := toolView{
+		Name: t.Name, Description: t.Description, InputSchema: t.InputSchema,
+		OutputSchema: t.OutputSchema, Effects: t.Effects, ParallelSafe: t.ParallelSafe,
+	}
+	if len(v.InputSchema) == 0 {
+		v.InputSchema = json.RawMessage(`{"type":"object"}`)
+	}
+	if v.Effects == nil {
+		v.Effects = []tools.Effect{}
+	}
+	return v
+}

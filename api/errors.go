@@ -1,0 +1,119 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// Error codes of the JSON error body {"error":{"code","message","details"}}.
+const (
+	CodeInvalidRequest   = "invalid_request"
+	CodeBodyTooLarge     = "body_too_large"
+	CodeUnauthorized     = "unauthorized"
+	CodeNotFound         = "not_found"
+	CodeUnknownTool      = "unknown_tool"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeConflict         = "conflict"
+	CodeValidationFailed = "validation_failed"
+	CodeQueueFull        = "queue_full"
+	CodeShuttingDown     = "shutting_down"
+	CodeTimeout          = "timeout"
+	CodeInternal         = "internal"
+)
+
+// Error is an API error: an HTTP status and the JSON error body. Handlers
+// return it for problems found at the edge (bad JSON, bad query); errors
+// from the job service are classified by classify.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	// Details is a list of problems (validation errors), omitted when empty.
+	Details []tools.Problem
+	// RetryAfter, in seconds, is sent as Retry-After when positive.
+	RetryAfter int
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+type errorBody struct {
+	Error errorPayload `json:"error"`
+}
+
+type errorPayload struct {
+	Code      string          `json:"code"`
+	Message   string          `json:"message"`
+	Details   []tools.Problem `json:"details,omitempty"`
+	RequestID string          `json:"request_id,omitempty"`
+}
+
+func badRequest(msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: msg}
+}
+
+// classify is the one place that maps an error to an HTTP status.
+func (s *server) classify(err error) *Error {
+	var apiErr *Error
+	var verr *tools.ValidationError
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr
+	case errors.As(err, &verr):
+		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidationFailed, Message: verr.Error(), Details: verr.Problems}
+	case errors.Is(err, tools.ErrUnknownFormat):
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: err.Error()}
+	case errors.Is(err, tools.ErrUnknownTool):
+		return &Error{Status: http.StatusNotFound, Code: CodeUnknownTool, Message: err.Error()}
+	case errors.Is(err, job.ErrNotFound):
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "job not found"}
+	case errors.Is(err, job.ErrInvalid):
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: err.Error()}
+	case errors.Is(err, job.ErrConflict):
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: err.Error()}
+	case errors.Is(err, job.ErrQueueFull):
+		retry := s.svc.QueueRetryAfter()
+		if retry < 1 {
+			retry = 1
+		}
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull, Message: "the job queue is full; retry later", RetryAfter: retry}
+	case errors.Is(err, job.ErrShutdown):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Message: "the service is shutting down", RetryAfter: 5}
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return &Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Message: "the request timed out"}
+	default:
+		return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
+	}
+}
+
+// writeError classifies err and writes the JSON error body. Server errors
+// are logged with the request ID; their text never reaches the client.
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	e := s.classify(err)
+	if e.Status >= 500 {
+		logger(r.Context(), s.log).Error("request failed", "status", e.Status, "err", err)
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
+	}
+	writeJSON(w, e.Status, errorBody{Error: errorPayload{
+		Code: e.Code, Message: e.Message, Details: e.Details,
+		RequestID: requestIDFrom(r.Context()),
+	}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,103 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// toolsResource serves /v1/tools: the catalogue in sandboxd's own shape or
+// exported for a model provider (?format=openai|anthropic|mcp).
+type toolsResource struct{ *server }
+
+func (rs *toolsResource) Routes() chi.Router {
+	r := chi.NewRouter()
+	r.Get("/", rs.list)
+	r.Get("/{name}", rs.get)
+	return r
+}
+
+type toolList struct {
+	Tools []any `json:"tools"`
+}
+
+// parseFormat returns "" for sandboxd's own shape.
+func parseFormat(s string) (tools.Format, error) {
+	if s == "" || strings.EqualFold(s, "sandboxd") {
+		return "", nil
+	}
+	f, err := tools.ParseFormat(s)
+	if err != nil {
+		return "", badRequest(fmt.Sprintf("format %q is not one of sandboxd, openai, anthropic, mcp", s))
+	}
+	return f, nil
+}
+
+func (rs *toolsResource) list(w http.ResponseWriter, r *http.Request) {
+	format, err := parseFormat(r.URL.Query().Get("format"))
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	out := toolList{Tools: []any{}}
+	reg := rs.svc.Registry()
+	if reg == nil {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	if format != "" {
+		exported, err := reg.Export(format)
+		if err != nil {
+			rs.writeError(w, r, err)
+			return
+		}
+		for _, t := range exported {
+			out.Tools = append(out.Tools, t)
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	for _, name := range reg.Names() {
+		if t, ok := reg.Lookup(name); ok {
+			out.Tools = append(out.Tools, viewTool(t))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (rs *toolsResource) get(w http.ResponseWriter, r *http.Request) {
+	format, err := parseFormat(r.URL.Query().Get("format"))
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	name := chi.URLParam(r, "name")
+	reg := rs.svc.Registry()
+	var t *tools.Tool
+	ok := false
+	if reg != nil {
+		t, ok = reg.Lookup(name)
+	}
+	if !ok {
+		rs.writeError(w, r, fmt.Errorf("%w: %q", tools.ErrUnknownTool, name))
+		return
+	}
+	if format == "" {
+		writeJSON(w, http.StatusOK, viewTool(t))
+		return
+	}
+	exported, err := reg.Export(format, t.Name)
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	if len(exported) != 1 {
+		rs.writeError(w, r, fmt.Errorf("export of %q returned %d tools", t.Name, len(exported)))
+		return
+	}
+	writeJSON(w, http.StatusOK, exported[0])
+}
