@@ -1,0 +1,166 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the daemon's configuration. Precedence: flags > environment >
+// YAML file > defaults (see loadConfig). Limits are operator values: a
+// request may lower them, never raise them above Limits.Ceilings.
+type Config struct {
+	Addr     string `yaml:"addr"`
+	DataDir  string `yaml:"data_dir"`
+	LogLevel string `yaml:"log_level"`
+	// ShutdownTimeout bounds the graceful shutdown: in-flight requests and
+	// running jobs get this long before they are cancelled.
+	ShutdownTimeout Duration          `yaml:"shutdown_timeout"`
+	Runner          RunnerConfig      `yaml:"runner"`
+	Limits          LimitsConfig      `yaml:"limits"`
+	Queue           QueueConfig       `yaml:"queue"`
+	API             APIConfig         `yaml:"api"`
+	Tenants         []TenantConfig    `yaml:"tenants"`
+	HTTPRequest     HTTPRequestConfig `yaml:"http_request"`
+}
+
+// RunnerConfig selects and configures the sandbox backend.
+type RunnerConfig struct {
+	Name  string            `yaml:"name"`
+	Local LocalRunnerConfig `yaml:"local"`
+}
+
+// LocalRunnerConfig configures the local (namespaces + cgroups) runner.
+type LocalRunnerConfig struct {
+	// Rootfs is an unpacked image bound read-only as the sandbox root;
+	// empty means a read-only view of the host's system directories.
+	Rootfs string `yaml:"rootfs"`
+	// AllowWeak runs sandboxes even when this host lacks some isolation
+	// feature (logged on every sandbox). Off: such sandboxes are refused.
+	AllowWeak bool `yaml:"allow_weak"`
+}
+
+// LimitsConfig holds the per-job defaults and the operator's ceilings.
+type LimitsConfig struct {
+	Defaults LimitValues `yaml:"defaults"`
+	Ceilings LimitValues `yaml:"ceilings"`
+}
+
+// LimitValues are sandbox resource limits; zero means unset.
+type LimitValues struct {
+	MemoryBytes   int64    `yaml:"memory_bytes"`
+	PIDs          int64    `yaml:"pids"`
+	CPUMillis     int64    `yaml:"cpu_millis"`
+	Timeout       Duration `yaml:"timeout"`
+	OutputBytes   int64    `yaml:"output_bytes"`
+	NoFile        int64    `yaml:"nofile"`
+	FileSizeBytes int64    `yaml:"file_size_bytes"`
+}
+
+// QueueConfig sizes admission.
+type QueueConfig struct {
+	Size    int `yaml:"size"`
+	Workers int `yaml:"workers"`
+}
+
+// APIConfig tunes the HTTP API.
+type APIConfig struct {
+	MaxBodyBytes int64    `yaml:"max_body_bytes"`
+	MaxWait      Duration `yaml:"max_wait"`
+}
+
+// TenantConfig names a tenant and the API keys that authenticate as it.
+type TenantConfig struct {
+	Name    string   `yaml:"name"`
+	APIKeys []string `yaml:"api_keys"`
+}
+
+// HTTPRequestConfig caps the http_request tool (zero: the tool's defaults).
+type HTTPRequestConfig struct {
+	MaxResponseBytes int64    `yaml:"max_response_bytes"`
+	Timeout          Duration `yaml:"timeout"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s").
+type Duration time.Duration
+
+// UnmarshalYAML reads "1m30s" (or 0).
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: expected a duration like \"30s\"", n.Line)
+	}
+	v, err := parseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+func parseDuration(s string) (time.Duration, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q (want e.g. \"30s\", \"5m\")", s)
+	}
+	return v, nil
+}
+
+// Defaults.
+const (
+	defaultAddr            = "127.0.0.1:8080"
+	defaultLogLevel        = "info"
+	defaultRunner          = "local"
+	defaultQueueSize       = 1024
+	defaultWorkers         = 16
+	defaultMaxBodyBytes    = 1 << 20
+	defaultMaxWait         = 5 * time.Minute
+	defaultShutdownTimeout = 30 * time.Second
+	// defaultTenant serves every request when no API keys are configured.
+	defaultTenant = "default"
+)
+
+func defaultConfig() Config {
+	return Config{
+		Addr:            defaultAddr,
+		LogLevel:        defaultLogLevel,
+		ShutdownTimeout: Duration(defaultShutdownTimeout),
+		Runner:          RunnerConfig{Name: defaultRunner},
+		Queue:           QueueConfig{Size: defaultQueueSize, Workers: defaultWorkers},
+		API:             APIConfig{MaxBodyBytes: defaultMaxBodyBytes, MaxWait: Duration(defaultMaxWait)},
+	}
+}
+
+// defaultDataDir is /var/lib/sandboxd for root, else
+// $XDG_DATA_HOME/sandboxd, else $HOME/.local/share/sandboxd.
+func defaultDataDir(getenv func(string) string, euid int) (string, error) {
+	if euid == 0 {
+		return "/var/lib/sandboxd", nil
+	}
+	if x := getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "sandboxd"), nil
+	}
+	if h := getenv("HOME"); h != "" {
+		return filepath.Join(h, ".local", "share", "sandboxd"), nil
+	}
+	return "", errors.New("no data directory: set --data-dir, SANDBOXD_DATA_DIR or data_dir (HOME is not set)")
+}
+
+// APIKeys maps each API key to its tenant.
+func (c *Config) APIKeys() map[string]string {
+	keys := map[string]string{}
+	for _, t := range c.Tenants {
+		for _, k := range t.APIKeys {
+			keys[k] = t.Name
+		}
+	}
+	return keys
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sandboxd.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const fullYAML = `
+addr: 127.0.0.1:9000
+data_dir: /srv/sandboxd
+log_level: debug
+shutdown_timeout: 10s
+runner:
+  name: local
+  local: {rootfs: /srv/rootfs, allow_weak: true}
+limits:
+  defaults: {memory_bytes: 268435456, pids: 64, cpu_millis: 500, timeout: 30s, output_bytes: 65536}
+  ceilings: {memory_bytes: 1073741824, pids: 256, cpu_millis: 2000, timeout: 10m, output_bytes: 1048576, nofile: 4096, file_size_bytes: 104857600}
+queue: {size: 10, workers: 2}
+api: {max_body_bytes: 2048, max_wait: 1m}
+tenants:
+  - name: alice
+    api_keys: [key-alice-1, key-alice-2]
+  - name: bob
+    api_keys: [key-bob]
+http_request: {max_response_bytes: 1000, timeout: 5s}
+`
+
+func TestConfigFull(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig(serveFlags{Config: writeConfig(t, fullYAML)}, envMap(nil), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Addr != "127.0.0.1:9000" || cfg.DataDir != "/srv/sandboxd" || cfg.LogLevel != "debug" ||
+		time.Duration(cfg.ShutdownTimeout) != 10*time.Second || !cfg.Runner.Local.AllowWeak ||
+		cfg.Runner.Local.Rootfs != "/srv/rootfs" || cfg.Queue != (QueueConfig{Size: 10, Workers: 2}) ||
+		cfg.API.MaxBodyBytes != 2048 || time.Duration(cfg.API.MaxWait) != time.Minute ||
+		cfg.HTTPRequest.MaxResponseBytes != 1000 || time.Duration(cfg.HTTPRequest.Timeout) != 5*time.Second {
+		t.Fatalf("config %+v", cfg)
+	}
+	if d := cfg.Limits.Defaults.runner(); d.Timeout != 30*time.Second || d.MemoryBytes != 256<<20 || d.PIDs != 64 {
+		t.Fatalf("defaults %+v", d)
+	}
+	if c := cfg.Limits.Ceilings.runner(); c.Timeout != 10*time.Minute || c.NoFile != 4096 || c.FileSize != 100<<20 {
+		t.Fatalf("ceilings %+v", c)
+	}
+	keys := cfg.APIKeys()
+	if len(keys) != 3 || keys["key-alice-2"] != "alice" || keys["key-bob"] != "bob" {
+		t.Fatalf("keys %v", keys)
+	}
+}
+
+func TestEffectiveLimits(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig()
+	d, c := cfg.EffectiveLimits()
+	if d != builtinDefaults || c != builtinCeilings {
+		t.Fatalf("built-in: %+v %+v", d, c)
+	}
+	cfg.Limits.Ceilings = LimitValues{MemoryBytes: 128 << 20, Timeout: Duration(time.Hour)}
+	cfg.Limits.Defaults = LimitValues{PIDs: 32}
+	d, c = cfg.EffectiveLimits()
+	if d.MemoryBytes != 128<<20 || c.MemoryBytes != 128<<20 || d.PIDs != 32 || c.PIDs != builtinCeilings.PIDs ||
+		time.Duration(d.Timeout) != time.Minute || time.Duration(c.Timeout) != time.Hour {
+		t.Fatalf("lowered: %+v %+v", d, c)
+	}
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	t.Parallel()
+	file := writeConfig(t, "addr: 127.0.0.1:1111\ndata_dir: /from/file\nlog_level: warn\nqueue: {workers: 3}\n")
+	other := writeConfig(t, "addr: 127.0.0.1:2222\n")
+	for _, tc := range []struct {
+		name  string
+		flags serveFlags
+		env   map[string]string
+		euid  int
+		check func(*Config) bool
+	}{
+		{"defaults", serveFlags{}, map[string]string{"HOME": "/home/u"}, 1000, func(c *Config) bool {
+			return c.Addr == defaultAddr && c.DataDir == "/home/u/.local/share/sandboxd" && c.LogLevel == "info" &&
+				c.Queue.Workers == defaultWorkers && c.Queue.Size == defaultQueueSize && c.Runner.Name == "local" &&
+				time.Duration(c.API.MaxWait) == defaultMaxWait && c.API.MaxBodyBytes == defaultMaxBodyBytes
+		}},
+		{"xdg data home", serveFlags{}, map[string]string{"HOME": "/home/u", "XDG_DATA_HOME": "/xdg"}, 1000, func(c *Config) bool {
+			return c.DataDir == "/xdg/sandboxd"
+		}},
+		{"root data dir", serveFlags{}, map[string]string{"HOME": "/root"}, 0, func(c *Config) bool {
+			return c.DataDir == "/var/lib/sandboxd"
+		}},
+		{"file over defaults", serveFlags{Config: file}, nil, 1000, func(c *Config) bool {
+			return c.Addr == "127.0.0.1:1111" && c.DataDir == "/from/file" && c.LogLevel == "warn" &&
+				c.Queue.Workers == 3 && c.Queue.Size == defaultQueueSize
+		}},
+		{"config from env", serveFlags{}, map[string]string{"SANDBOXD_CONFIG": file}, 1000, func(c *Config) bool {
+			return c.Addr == "127.0.0.1:1111"
+		}},
+		{"config flag over env", serveFlags{Config: other}, map[string]string{"SANDBOXD_CONFIG": file, "HOME": "/h"}, 1000, func(c *Config) bool {
+			return c.Addr == "127.0.0.1:2222"
+		}},
+		{"env over file", serveFlags{Config: file}, map[string]string{
+			"SANDBOXD_ADDR": "127.0.0.1:3333", "SANDBOXD_DATA_DIR": "/from/env", "SANDBOXD_LOG_LEVEL": "error",
+			"SANDBOXD_WORKERS": "7", "SANDBOXD_QUEUE_SIZE": "70", "SANDBOXD_MAX_WAIT": "20s",
+			"SANDBOXD_MAX_BODY_BYTES": "4096", "SANDBOXD_RUNNER": "local", "SANDBOXD_ROOTFS": "/rootfs",
+			"SANDBOXD_ALLOW_WEAK": "true",
+		}, 1000, func(c *Config) bool {
+			return c.Addr == "127.0.0.1:3333" && c.DataDir == "/from/env" && c.LogLevel == "error" &&
+				c.Queue.Workers == 7 && c.Queue.Size == 70 && time.Duration(c.API.MaxWait) == 20*time.Second &&
+				c.API.MaxBodyBytes == 4096 && c.Runner.Local.Rootfs == "/rootfs" && c.Runner.Local.AllowWeak
+		}},
+		{"flags over env", serveFlags{Config: file, Addr: "127.0.0.1:4444", DataDir: "/from/flag", LogLevel: "debug"},
+			map[string]string{"SANDBOXD_ADDR": "127.0.0.1:3333", "SANDBOXD_DATA_DIR": "/from/env", "SANDBOXD_LOG_LEVEL": "error"}, 1000,
+			func(c *Config) bool {
+				return c.Addr == "127.0.0.1:4444" && c.DataDir == "/from/flag" && c.LogLevel == "debug"
+			}},
+		{"env api keys replace file tenants", serveFlags{Config: writeConfig(t, "data_dir: /d\ntenants: [{name: x, api_keys: [kx]}]\n")},
+			map[string]string{"SANDBOXD_API_KEYS": "key1:tenantA, key2:tenantB,key3:tenantA,solo"}, 1000, func(c *Config) bool {
+				k := c.APIKeys()
+				return len(k) == 4 && k["key1"] == "tenantA" && k["key3"] == "tenantA" && k["key2"] == "tenantB" &&
+					k["solo"] == defaultTenant && k["kx"] == ""
+			}},
+		{"keys allow any address", serveFlags{Addr: "0.0.0.0:8080", DataDir: "/d"}, map[string]string{"SANDBOXD_API_KEYS": "k:t"}, 1000,
+			func(c *Config) bool { return c.Addr == "0.0.0.0:8080" }},
+		{"localhost without keys", serveFlags{Addr: "localhost:8080", DataDir: "/d"}, nil, 1000,
+			func(c *Config) bool { return c.Addr == "localhost:8080" }},
+		{"ipv6 loopback without keys", serveFlags{Addr: "[::1]:8080", DataDir: "/d"}, nil, 1000,
+			func(c *Config) bool { return c.Addr == "[::1]:8080" }},
+		{"empty file", serveFlags{Config: writeConfig(t, "# nothing\n"), DataDir: "/d"}, nil, 1000,
+			func(c *Config) bool { return c.Addr == defaultAddr }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := loadConfig(tc.flags, envMap(tc.env), tc.euid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(cfg) {
+				t.Fatalf("config %+v", cfg)
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		yaml  string
+		flags serveFlags
+		env   map[string]string
+		want  []string // substrings of the error
+	}{
+		{name: "unknown key", yaml: "adress: x\n", want: []string{"adress"}},
+		{name: "unknown nested key", yaml: "queue: {size: 1, wokers: 2}\n", want: []string{"wokers"}},
+		{name: "bad duration", yaml: "api: {max_wait: 5 minutes}\n", want: []string{`"5 minutes"`, "line 1"}},
+		{name: "wrong type", yaml: "queue: {size: many}\n", want: []string{"many"}},
+		{name: "two documents", yaml: "addr: 127.0.0.1:1\n---\naddr: 127.0.0.1:2\n", want: []string{"more than one"}},
+		{name: "missing file", flags: serveFlags{Config: "/nonexistent/sandboxd.yaml"}, want: []string{"/nonexistent/sandboxd.yaml"}},
+		{name: "bad addr", flags: serveFlags{Addr: "8080"}, want: []string{`addr "8080"`}},
+		{name: "bad port", flags: serveFlags{Addr: "127.0.0.1:http2"}, want: []string{`port "http2"`}},
+		{name: "bad log level", flags: serveFlags{LogLevel: "loud"}, want: []string{`log_level "loud"`}},
+		{name: "relative data dir", flags: serveFlags{DataDir: "data"}, want: []string{`data_dir "data"`}},
+		{name: "unknown runner", env: map[string]string{"SANDBOXD_RUNNER": "firecracker"}, want: []string{`runner.name "firecracker"`}},
+		{name: "relative rootfs", yaml: "runner: {local: {rootfs: rootfs}}\n", want: []string{`runner.local.rootfs "rootfs"`}},
+		{name: "negative limit", yaml: "limits: {ceilings: {pids: -1}}\n", want: []string{"limits.ceilings.pids -1"}},
+		{name: "default above ceiling", yaml: "limits: {defaults: {timeout: 2m}, ceilings: {timeout: 1m}}\n",
+			want: []string{`limits.defaults.timeout "2m0s" is above limits.ceilings.timeout "1m0s"`}},
+		{name: "default above built-in ceiling", yaml: "limits: {defaults: {memory_bytes: 8589934592}}\n",
+			want: []string{"limits.defaults.memory_bytes 8589934592 is above limits.ceilings.memory_bytes 4294967296"}},
+		{name: "zero workers", yaml: "queue: {workers: 0}\n", want: []string{"queue.workers 0"}},
+		{name: "zero max wait", yaml: "api: {max_wait: 0}\n", want: []string{"api.max_wait"}},
+		{name: "several problems", yaml: "queue: {size: -1, workers: -2}\n", want: []string{"queue.size -1", "queue.workers -2"}},
+		{name: "tenant without keys", yaml: "tenants: [{name: a}]\n", want: []string{`tenants[0] ("a"): no api_keys`}},
+		{name: "duplicate tenant", yaml: "tenants: [{name: a, api_keys: [k1]}, {name: a, api_keys: [k2]}]\n", want: []string{`"a": duplicate`}},
+		{name: "shared key", yaml: "tenants: [{name: a, api_keys: [secret1]}, {name: b, api_keys: [secret1]}]\n",
+			want: []string{`also a key of tenant "a"`, `"se*****"`}},
+		{name: "env bad int", env: map[string]string{"SANDBOXD_WORKERS": "lots"}, want: []string{`SANDBOXD_WORKERS="lots"`}},
+		{name: "env bad bool", env: map[string]string{"SANDBOXD_ALLOW_WEAK": "maybe"}, want: []string{`SANDBOXD_ALLOW_WEAK="maybe"`}},
+		{name: "env bad duration", env: map[string]string{"SANDBOXD_MAX_WAIT": "soon"}, want: []string{`"soon"`}},
+		{name: "env bad keys", env: map[string]string{"SANDBOXD_API_KEYS": "key1:"}, want: []string{"KEY:TENANT"}},
+		{name: "non-loopback without keys", flags: serveFlags{Addr: "0.0.0.0:8080"}, want: []string{`addr "0.0.0.0:8080" is not a loopback address`, "api_keys"}},
+		{name: "all interfaces without keys", flags: serveFlags{Addr: ":8080"}, want: []string{"not a loopback"}},
+		{name: "public ip without keys", flags: serveFlags{Addr: "192.0.2.1:8080"}, want: []string{"not a loopback"}},
+		{name: "no home", flags: serveFlags{}, env: map[string]string{}, want: []string{"--data-dir"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fl := tc.flags
+			if tc.yaml != "" {
+				fl.Config = writeConfig(t, tc.yaml)
+			}
+			env := map[string]string{"HOME": "/home/u"}
+			if tc.env != nil {
+				env = tc.env
+				if _, ok := env["HOME"]; !ok && tc.name != "no home" {
+					env["HOME"] = "/home/u"
+				}
+			}
+			_, err := loadConfig(fl, envMap(env), 1000)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/local"
+	"github.com/sandboxd/sandboxd/store"
+	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/builtin"
+)
+
+var _ api.JobService = (*job.Service)(nil)
+
+// longPollGrace is how long Shutdown lets in-flight requests end on their
+// own before the long polls (?wait, SSE) are released.
+const longPollGrace = 2 * time.Second
+
+// serve wires the store, tools, runner, job service and API, serves until
+// ctx ends, then shuts down: the HTTP server first (no new jobs), then the
+// job service (running jobs get the rest of ShutdownTimeout).
+func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	dataDir := cfg.DataDir
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	st, err := store.Open(filepath.Join(dataDir, "sandboxd.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	reg := tools.NewRegistry()
+	if err := builtin.Register(reg, builtin.Options{}); err != nil {
+		return err
+	}
+	defaults, ceilings := cfg.EffectiveLimits()
+	r, err := local.New(local.Config{
+		StateDir:  filepath.Join(dataDir, "run"),
+		Rootfs:    cfg.Runner.Local.Rootfs,
+		AllowWeak: cfg.Runner.Local.AllowWeak,
+		Defaults:  defaults.runner(),
+		Logger:    log.With("component", "runner"),
+	})
+	if err != nil {
+		return err
+	}
+
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	svc, err := job.New(job.Config{
+		Workers:   cfg.Queue.Workers,
+		QueueSize: cfg.Queue.Size,
+		Ceilings:  ceilings.runner(),
+		Defaults:  defaults.runner(),
+		WorkDir:   filepath.Join(dataDir, "workspaces"),
+		HTTP: &tools.HTTPOptions{
+			MaxResponseBytes: cfg.HTTPRequest.MaxResponseBytes,
+			Timeout:          time.Duration(cfg.HTTPRequest.Timeout),
+		},
+		RunnerName: cfg.Runner.Name,
+		Logger:     log.With("component", "job"),
+		Metrics:    job.NewMetrics(promReg),
+	}, st, reg, r)
+	if err != nil {
+		return err
+	}
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+
+	handler := api.New(svc, api.Options{
+		Keys:         cfg.APIKeys(),
+		MaxBodyBytes: cfg.API.MaxBodyBytes,
+		MaxWait:      time.Duration(cfg.API.MaxWait),
+		Gatherer:     promReg,
+		Registerer:   promReg,
+		Logger:       log.With("component", "api"),
+		Version:      versionString(),
+	})
+	return listenAndServe(ctx, cfg, log, handler, svc)
+}
+
+// shutdowner is the part of the job service the shutdown sequence needs.
+type shutdowner interface {
+	Shutdown(ctx context.Context) error
+}
+
+func listenAndServe(ctx context.Context, cfg *Config, log *slog.Logger, h http.Handler, svc shutdowner) error {
+	// Requests run on baseCtx, cancelled during shutdown so that long polls
+	// answer with the current job and event streams end.
+	baseCtx, releaseLongPolls := context.WithCancel(context.WithoutCancel(ctx))
+	defer releaseLongPolls()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute, // headers and body; no WriteTimeout: waits and SSE are long
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		_ = svc.Shutdown(context.WithoutCancel(ctx))
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	auth := "none (single tenant \"default\", loopback only)"
+	if n := len(cfg.APIKeys()); n > 0 {
+		auth = fmt.Sprintf("%d API keys, %d tenants", n, len(cfg.Tenants))
+	}
+	log.Info("sandboxd listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir,
+		"runner", cfg.Runner.Name, "auth", auth, "version", versionString())
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", time.Duration(cfg.ShutdownTimeout))
+	case err := <-serveErr:
+		failed = fmt.Errorf("http server: %w", err)
+	}
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(cfg.ShutdownTimeout))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(sctx) }()
+	var herr error
+	select {
+	case herr = <-done:
+	case <-time.After(longPollGrace):
+		releaseLongPolls()
+		herr = <-done
+	}
+	if herr != nil {
+		_ = srv.Close()
+		log.Warn("http shutdown incomplete", "err", herr)
+	}
+	if err := svc.Shutdown(sctx); err != nil {
+		log.Warn("job service shutdown", "err", err)
+	}
+	log.Info("sandboxd stopped")
+	if failed != nil && !errors.Is(failed, http.ErrServerClosed) {
+		return failed
+	}
+	return nil
+}
+
+func (l LimitValues) runner() runner.Limits {
+	return runner.Limits{
+		MemoryBytes: l.MemoryBytes, PIDs: l.PIDs, CPUMillis: l.CPUMillis,
+		Timeout: time.Duration(l.Timeout), OutputBytes: l.OutputBytes,
+		NoFile: l.NoFile, FileSize: l.FileSizeBytes,
+	}
+}
