@@ -1,0 +1,208 @@
+//go:build integration
+
+// Package integration runs end-to-end tests against real sandboxd processes
+// built from this tree, using the local runner on this host.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner/local"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	local.MaybeHelper()
+	if os.Geteuid() != 0 {
+		fmt.Println("integration tests need root (namespaces, cgroups)")
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "sandboxd-it-")
+	if err != nil {
+		panic(err)
+	}
+	binPath = filepath.Join(dir, "sandboxd")
+	build := exec.Command("go", "build", "-o", binPath, "../cmd/sandboxd")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Println("build sandboxd:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is one running sandboxd process.
+type server struct {
+	t       testing.TB
+	URL     string
+	DataDir string
+	Config  string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	addr    string
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startServer starts sandboxd with the given YAML config (may be empty).
+func startServer(t testing.TB, config string) *server {
+	t.Helper()
+	s := &server{t: t, DataDir: t.TempDir(), addr: freeAddr(t)}
+	if config != "" {
+		s.Config = filepath.Join(t.TempDir(), "sandboxd.yaml")
+		if err := os.WriteFile(s.Config, []byte(config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.start()
+	t.Cleanup(func() { s.stop(syscall.SIGTERM) })
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	args := []string{"serve", "--addr", s.addr, "--data-dir", s.DataDir}
+	if s.Config != "" {
+		args = append(args, "--config", s.Config)
+	}
+	s.cmd = exec.Command(binPath, args...)
+	s.log = &bytes.Buffer{}
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	s.cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.URL = "http://" + s.addr
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(s.URL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.stop(syscall.SIGKILL)
+	s.t.Fatalf("sandboxd did not become healthy; log:\n%s", s.log.String())
+}
+
+// stop ends the process with sig and waits for it.
+func (s *server) stop(sig syscall.Signal) {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+	if s.t.Failed() {
+		s.t.Logf("sandboxd log:\n%s", s.log.String())
+	}
+	s.cmd = nil
+}
+
+// do sends a JSON request and decodes a JSON response into out (if non-nil).
+func (s *server) do(method, path, key string, body any, out any) (*http.Response, []byte) {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		switch b := body.(type) {
+		case string:
+			rd = strings.NewReader(b)
+		default:
+			buf, _ := json.Marshal(b)
+			rd = bytes.NewReader(buf)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			s.t.Fatalf("%s %s: decode %q: %v", method, path, data, err)
+		}
+	}
+	return resp, data
+}
+
+// jobView is the subset of the job JSON the tests read.
+type jobView struct {
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Tool   string `json:"tool"`
+	State  string `json:"state"`
+	Reason string `json:"reason"`
+	Result *struct {
+		OK      bool     `json:"ok"`
+		Content string   `json:"content"`
+		Error   string   `json:"error"`
+		Effects []string `json:"effects"`
+		Process *struct {
+			ExitCode        int    `json:"exit_code"`
+			Signal          string `json:"signal"`
+			OOMKilled       bool   `json:"oom_killed"`
+			TimedOut        bool   `json:"timed_out"`
+			OutputTruncated bool   `json:"output_truncated"`
+			Stdout          string `json:"stdout"`
+			Stderr          string `json:"stderr"`
+		} `json:"process"`
+	} `json:"result"`
+}
+
+// run submits a tool call with ?wait=true and returns the finished job.
+func (s *server) run(key, tool string, args any) jobView {
+	s.t.Helper()
+	var j jobView
+	resp, data := s.do("POST", "/v1/jobs?wait=true", key, map[string]any{"tool": tool, "arguments": args}, &j)
+	if resp.StatusCode != 200 {
+		s.t.Fatalf("run %s: status %d: %s", tool, resp.StatusCode, data)
+	}
+	if j.Result == nil {
+		s.t.Fatalf("run %s: no result: %s", tool, data)
+	}
+	return j
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what sandboxd's tests need on a fresh Debian 12 machine.
+# Idempotent and fast when everything is already there.
+set -euo pipefail
+
+need=()
+command -v /usr/bin/python3 >/dev/null 2>&1 || need+=(python3)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v setsid >/dev/null 2>&1 || need+=(util-linux)
+command -v ps >/dev/null 2>&1 || need+=(procps)
+
+if [ "${#need[@]}" -gt 0 ]; then
+	echo "setup: installing ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+	if [ -x /usr/local/go/bin/go ]; then
+		export PATH="/usr/local/go/bin:$PATH"
+	else
+		echo "setup: Go toolchain not found (expected /usr/local/go)" >&2
+		exit 1
+	fi
+fi
+echo "setup: ok ($(go version | cut -d' ' -f3), $(/usr/bin/python3 --version), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3))"
