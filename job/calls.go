@@ -170,6 +170,16 @@ func markCancelled(j *Job) {
 // Wait blocks until the job is terminal or ctx ends (then it returns the
 // current snapshot and ctx.Err()).
 func (s *Service) Wait(ctx context.Context, tenant, id string) (*Job, error) {
+	// A job this process still tracks is answered from memory: its done
+	// channel closes only after the terminal record is in the store.
+	if e := s.entry(id); e != nil && e.tenant() == tenant {
+		select {
+		case <-e.done:
+			return e.snapshot(), nil
+		case <-ctx.Done():
+			return e.snapshot(), ctx.Err()
+		}
+	}
 	j, err := s.Get(ctx, tenant, id)
 	if err != nil || j.State.Terminal() {
 		return j, err

@@ -88,6 +88,12 @@ type entry struct {
 	events       *hub
 }
 
+func (e *entry) tenant() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.job.Tenant
+}
+
 func (e *entry) snapshot() *Job {
 	e.mu.Lock()
 	defer e.mu.Unlock()
