@@ -16,6 +16,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/local"
+	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
 // The spawn benchmarks run side by side in one `go test -bench` run:
@@ -23,8 +25,10 @@ import (
 //	bare:          /usr/bin/python3 -c 'print(1)' spawned directly
 //	runner:        the same argv through the local runner (sandbox created once)
 //	runner-fresh:  the same with Create + Exec + Close per call (what a job does)
-//	api-bash:      the same argv as a bash job through the HTTP API (?wait=true)
+//	runner-repl:   python_repl's own command for print(1) (its notebook
+//	               wrapper, code on stdin), Create + Exec + Close per call
 //	api-python:    python_repl {"code": "print(1)"} through the HTTP API
+//	               (?wait=true): runner-repl plus the job service and HTTP
 //
 // Each reports p50-ms and p99-ms besides Go's mean ns/op.
 
@@ -66,13 +70,34 @@ func BenchmarkSpawn(b *testing.B) {
 		})
 	})
 
-	s := startServer(b, "")
-	client := &http.Client{}
-	b.Run("api-bash", func(b *testing.B) {
+	var repl *tools.Tool
+	for _, t := range builtin.Tools(builtin.Options{}) {
+		if t.Name == "python_repl" {
+			repl = t
+		}
+	}
+	cmd, err := repl.Command(map[string]any{"code": "print(1)"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("runner-repl", func(b *testing.B) {
+		ws := b.TempDir()
 		measure(b, func() error {
-			return apiCall(client, s.URL, "bash", map[string]any{"command": "exec /usr/bin/python3 -c 'print(1)'"})
+			sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+			if err != nil {
+				return err
+			}
+			defer sb.Close(ctx)
+			res, err := sb.Exec(ctx, runner.Process{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdin: bytes.NewReader(cmd.Stdin)})
+			if err == nil && (res.ExitCode != 0 || string(res.Stdout) != "1\n") {
+				err = fmt.Errorf("result %+v", res)
+			}
+			return err
 		})
 	})
+
+	s := startServer(b, "")
+	client := &http.Client{}
 	b.Run("api-python", func(b *testing.B) {
 		measure(b, func() error {
 			return apiCall(client, s.URL, "python_repl", map[string]any{"code": "print(1)"})
