@@ -35,6 +35,9 @@ const (
 	afVsock = 40
 )
 
+// x32SyscallBit marks x32-ABI syscall numbers on x86_64.
+const x32SyscallBit = 0x40000000
+
 // cloneNSFlags are the clone flags that create namespaces.
 const cloneNSFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
 	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
@@ -93,7 +96,10 @@ func seccompPolicy(denyInet bool) seccomp.Policy {
 
 // seccompProgram assembles the policy behind an architecture check that
 // kills the process for any non-native syscall ABI (the library alone would
-// apply the default action, allow, to them).
+// apply the default action, allow, to them). On x86_64 the x32 ABI shares
+// the native audit arch but sets bit 30 of the syscall number, so a denied
+// syscall's x32 twin would miss the deny list's exact numbers: those are
+// killed as well.
 func seccompProgram(denyInet bool) ([]unix.SockFilter, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
@@ -107,6 +113,9 @@ func seccompProgram(denyInet bool) ([]unix.SockFilter, error) {
 	prog := append([]bpf.Instruction{
 		bpf.LoadAbsolute{Off: 4, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.RetConstant{Val: uint32(seccomp.ActionKillProcess)},
+		bpf.LoadAbsolute{Off: 0, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: x32SyscallBit, SkipTrue: 1},
 		bpf.RetConstant{Val: uint32(seccomp.ActionKillProcess)},
 	}, insts...)
 	raw, err := bpf.Assemble(prog)
