@@ -1,0 +1,174 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// maxListEntries bounds a list_dir answer so it fits in one frame.
+const maxListEntries = 20000
+
+// rel maps a client path to one relative to the root. Relative paths are
+// taken below the root; absolute paths must lie inside it. os.Root
+// refuses ".." and symlinks that escape.
+func (s *server) rel(p string) (string, error) {
+	if s.root == nil {
+		return "", errors.New("no root directory configured")
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", errors.New("path contains NUL")
+	}
+	if p == "" {
+		return ".", nil
+	}
+	if filepath.IsAbs(p) {
+		r, err := filepath.Rel(s.rootAbs, filepath.Clean(p))
+		if err != nil || r == ".." || strings.HasPrefix(r, "../") {
+			return "", fmt.Errorf("path %q is outside the root %s", p, s.rootAbs)
+		}
+		return r, nil
+	}
+	return filepath.Clean(p), nil
+}
+
+func (s *server) fileOp(f frame) *frame {
+	rel, err := s.rel(f.Path)
+	if err != nil {
+		return errFrame(err)
+	}
+	switch f.Type {
+	case typeReadFile:
+		data, err := s.readFile(rel, f.MaxBytes)
+		if err != nil {
+			return errFrame(err)
+		}
+		return &frame{Type: typeResult, Data: data}
+	case typeWriteFile:
+		if err := s.writeFile(rel, f.Data, fs.FileMode(f.Mode).Perm()); err != nil {
+			return errFrame(err)
+		}
+		return &frame{Type: typeResult}
+	case typeListDir:
+		files, err := s.listDir(rel)
+		if err != nil {
+			return errFrame(err)
+		}
+		return &frame{Type: typeResult, Files: files}
+	case typeStat:
+		fi, err := s.root.Lstat(rel)
+		if err != nil {
+			return errFrame(err)
+		}
+		info := fileInfo(fi)
+		return &frame{Type: typeResult, Info: &info}
+	case typeRemove:
+		if rel == "." {
+			return errFrame(errors.New("refusing to remove the root"))
+		}
+		if f.Recursive {
+			err = s.root.RemoveAll(rel)
+		} else {
+			err = s.root.Remove(rel)
+		}
+		if err != nil {
+			return errFrame(err)
+		}
+		return &frame{Type: typeResult}
+	}
+	return errFrame(fmt.Errorf("unknown message type %q", f.Type))
+}
+
+func (s *server) readFile(rel string, max int64) ([]byte, error) {
+	if max <= 0 || max > MaxReadFileBytes {
+		max = MaxReadFileBytes
+	}
+	fh, err := s.root.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory", rel)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", rel)
+	}
+	if st.Size() > max {
+		return nil, fmt.Errorf("%s is %d bytes, more than the limit of %d", rel, st.Size(), max)
+	}
+	// The size may change under us: never read more than max.
+	data, err := io.ReadAll(io.LimitReader(fh, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s is more than the limit of %d bytes", rel, max)
+	}
+	return data, nil
+}
+
+func (s *server) writeFile(rel string, data []byte, mode fs.FileMode) error {
+	if rel == "." {
+		return errors.New("cannot write to the root directory")
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+	if dir := filepath.Dir(rel); dir != "." {
+		if err := s.root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	fh, err := s.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := fh.Write(data); err != nil {
+		fh.Close()
+		return err
+	}
+	if err := fh.Chmod(mode); err != nil { // an existing file keeps its mode otherwise
+		fh.Close()
+		return err
+	}
+	return fh.Close()
+}
+
+func (s *server) listDir(rel string) ([]FileInfo, error) {
+	fh, err := s.root.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	entries, err := fh.ReadDir(maxListEntries + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if len(entries) > maxListEntries {
+		return nil, fmt.Errorf("%s has more than %d entries", rel, maxListEntries)
+	}
+	out := make([]FileInfo, 0, len(entries))
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		out = append(out, fileInfo(fi))
+	}
+	slices.SortFunc(out, func(a, b FileInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func fileInfo(fi fs.FileInfo) FileInfo {
+	return FileInfo{Name: fi.Name(), Size: fi.Size(), Mode: fi.Mode(), IsDir: fi.IsDir(), ModTime: fi.ModTime()}
+}

@@ -1,0 +1,138 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFileOps(t *testing.T) {
+	t.Parallel()
+	c, root := startServer(t, ServerOptions{})
+	ctx := testCtx(t, 20*time.Second)
+
+	if err := c.WriteFile(ctx, "a/b/c.txt", []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "a/b/c.txt")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("on disk: %v %v", fi, err)
+	}
+	if err := c.WriteFile(ctx, "a/b/c.txt", []byte("hi"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ReadFile(ctx, "a/b/c.txt", 0)
+	if err != nil || string(got) != "hi" {
+		t.Fatalf("ReadFile = %q, %v", got, err)
+	}
+	if got, err := c.ReadFile(ctx, filepath.Join(root, "a/b/c.txt"), 0); err != nil || string(got) != "hi" {
+		t.Errorf("absolute path inside root: %q, %v", got, err)
+	}
+	if err := c.WriteFile(ctx, "empty", nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.ReadFile(ctx, "empty", 0); err != nil || got == nil || len(got) != 0 {
+		t.Errorf("empty file: %q %v", got, err)
+	}
+	fi, err := c.Stat(ctx, "a/b/c.txt")
+	if err != nil || fi.Name != "c.txt" || fi.Size != 2 || fi.Mode.Perm() != 0o640 || fi.IsDir || fi.ModTime.IsZero() {
+		t.Errorf("Stat = %+v, %v", fi, err)
+	}
+	list, err := c.ListDir(ctx, "")
+	if err != nil || len(list) != 2 || list[0].Name != "a" || !list[0].IsDir || list[1].Name != "empty" {
+		t.Errorf("ListDir = %+v, %v", list, err)
+	}
+	if _, err := c.ReadFile(ctx, "a/b/c.txt", 1); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("over max bytes: %v", err)
+	}
+	if _, err := c.ReadFile(ctx, "a", 0); err == nil {
+		t.Error("reading a directory succeeded")
+	}
+	if _, err := c.ReadFile(ctx, "missing", 0); err == nil {
+		t.Error("reading a missing file succeeded")
+	}
+	if err := c.Remove(ctx, "a", false); err == nil {
+		t.Error("non-recursive remove of a non-empty dir succeeded")
+	}
+	if err := c.Remove(ctx, "a", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "a")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a still there: %v", err)
+	}
+	if err := c.Remove(ctx, "", true); err == nil {
+		t.Error("removing the root succeeded")
+	}
+	if err := c.Remove(ctx, "empty", false); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestFileOpsConfined(t *testing.T) {
+	t.Parallel()
+	c, root := startServer(t, ServerOptions{})
+	ctx := testCtx(t, 20*time.Second)
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(root, "passwd")); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(root, outside)
+	escapes := []string{
+		"../secret",
+		rel + "/secret",
+		"a/../../secret",
+		"/etc/passwd",
+		filepath.Join(outside, "secret"),
+		"link/secret",
+		"passwd",
+		"x\x00y",
+	}
+	for _, p := range escapes {
+		if b, err := c.ReadFile(ctx, p, 0); err == nil {
+			t.Errorf("ReadFile(%q) = %q, want refusal", p, b)
+		}
+		if err := c.WriteFile(ctx, p, []byte("x"), 0); err == nil {
+			t.Errorf("WriteFile(%q) succeeded", p)
+		}
+		if _, err := c.ListDir(ctx, p); err == nil {
+			t.Errorf("ListDir(%q) succeeded", p)
+		}
+	}
+	if err := c.WriteFile(ctx, "link/new/file", []byte("x"), 0); err == nil {
+		t.Error("mkdir -p through an escaping symlink succeeded")
+	}
+	if err := c.Remove(ctx, "link/secret", false); err == nil {
+		t.Error("remove through an escaping symlink succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "secret")); err != nil {
+		t.Errorf("outside file touched: %v", err)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+		t.Errorf("outside dir changed: %v", entries)
+	}
+	// The symlink itself can be inspected and removed.
+	if fi, err := c.Stat(ctx, "link"); err != nil || fi.Mode&os.ModeSymlink == 0 {
+		t.Errorf("Stat(link) = %+v %v", fi, err)
+	}
+}
+
+func TestFileOpsWithoutRoot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := newServer(ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	if f := s.fileOp(frame{Type: typeReadFile, Path: dir}); f.Type != typeError {
+		t.Errorf("file op without root: %+v", f)
+	}
+}
