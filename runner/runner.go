@@ -12,6 +12,8 @@ import (
 	"context"
 	"io"
 	"time"
+
+	"github.com/sandboxd/sandboxd/agent"
 )
 
 // Runner creates sandboxes on one backend.
@@ -40,6 +42,15 @@ type Sandbox interface {
 	Exec(ctx context.Context, p Process) (Result, error)
 	Stats(ctx context.Context) (Usage, error)
 	Close(ctx context.Context) error
+}
+
+// AgentSandbox is implemented by sandboxes that run the sandbox agent
+// (container backends). Found by type assertion: the agent gives a
+// persistent Python REPL and file operations inside the sandbox's own view.
+// The client belongs to the sandbox; callers must not Close it.
+type AgentSandbox interface {
+	Sandbox
+	Agent() *agent.Client
 }
 
 // Capabilities lists the isolation features a runner can provide here.
