@@ -1,0 +1,161 @@
+package docker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// DefaultImage is the image of a sandbox whose spec names none.
+const DefaultImage = "sandboxd/python:latest"
+
+// Built-in defaults used for any zero field of Config.Defaults.
+var builtinDefaults = runner.Limits{
+	MemoryBytes: 512 << 20,
+	PIDs:        256,
+	CPUMillis:   1000,
+	Timeout:     60 * time.Second,
+	OutputBytes: 1 << 20,
+	NoFile:      1024,
+	FileSize:    100 << 20,
+}
+
+// Config configures a Docker Runner.
+type Config struct {
+	// Host is the Docker daemon address. Default: DOCKER_HOST, else
+	// unix:///var/run/docker.sock.
+	Host string
+	// Image is the default sandbox image. Default DefaultImage. It must
+	// have /workspace and run as (or allow) uid 65534.
+	Image string
+	// AgentPath is the host path of the static sandbox-agent binary,
+	// bind-mounted read-only into every sandbox as its pid 1. Required.
+	AgentPath string
+	// StateDir holds one host directory per sandbox, mounted at
+	// /run/sandboxd for the agent's socket. Default
+	// $TMPDIR/sandboxd-docker. The Docker daemon must see the same path
+	// (it runs on this host).
+	StateDir string
+	// InstanceID labels the containers this runner owns. Reconcile removes
+	// managed containers with another owner that predate this runner.
+	// Default: random per process.
+	InstanceID string
+	// Runtime is the OCI runtime ("" = the daemon default, runc). runsc
+	// (gVisor) needs --host-uds=all in its runtime args for the agent
+	// socket to be visible on the host.
+	Runtime string
+	// Defaults fill zero limits of a SandboxSpec.
+	Defaults runner.Limits
+	// TmpBytes caps the /tmp and /dev/shm tmpfs of each sandbox. Default 64 MiB.
+	TmpBytes int64
+	// ReconcileInterval is how often orphaned containers are removed.
+	// Default 30s; negative disables the loop (Reap still works).
+	ReconcileInterval time.Duration
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+var (
+	validID    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+	validLabel = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-/]{0,127}$`)
+)
+
+func (c *Config) setDefaults() error {
+	if c.Host == "" {
+		c.Host = os.Getenv("DOCKER_HOST")
+	}
+	if c.Host == "" {
+		c.Host = "unix:///var/run/docker.sock"
+	}
+	if c.Image == "" {
+		c.Image = DefaultImage
+	}
+	if c.AgentPath == "" {
+		return fmt.Errorf("docker: AgentPath is required")
+	}
+	var err error
+	if c.AgentPath, err = filepath.Abs(c.AgentPath); err != nil {
+		return fmt.Errorf("docker: AgentPath %q: %w", c.AgentPath, err)
+	}
+	if fi, err := os.Stat(c.AgentPath); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("docker: AgentPath %q is not a regular file", c.AgentPath)
+	}
+	if c.StateDir == "" {
+		c.StateDir = filepath.Join(os.TempDir(), "sandboxd-docker")
+	}
+	if c.StateDir, err = filepath.Abs(c.StateDir); err != nil {
+		return fmt.Errorf("docker: StateDir %q: %w", c.StateDir, err)
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = newID()
+	}
+	if !validID.MatchString(c.InstanceID) {
+		return fmt.Errorf("docker: InstanceID %q: want [a-zA-Z0-9_.-], at most 63 characters", c.InstanceID)
+	}
+	if c.TmpBytes == 0 {
+		c.TmpBytes = 64 << 20
+	}
+	if c.TmpBytes < 0 {
+		return fmt.Errorf("docker: TmpBytes %d is negative", c.TmpBytes)
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = 30 * time.Second
+	}
+	if err := validLimits(c.Defaults); err != nil {
+		return fmt.Errorf("docker: Defaults: %w", err)
+	}
+	c.Defaults = mergeLimits(c.Defaults, builtinDefaults)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+func validLimits(l runner.Limits) error {
+	for name, v := range map[string]int64{
+		"memory_bytes": l.MemoryBytes, "pids": l.PIDs, "cpu_millis": l.CPUMillis,
+		"timeout": int64(l.Timeout), "output_bytes": l.OutputBytes, "nofile": l.NoFile, "file_size_bytes": l.FileSize,
+	} {
+		if v < 0 {
+			return fmt.Errorf("limit %s = %d is negative", name, v)
+		}
+	}
+	if l.MemoryBytes != 0 && l.MemoryBytes < 6<<20 {
+		return fmt.Errorf("limit memory_bytes = %d is below Docker's minimum of 6 MiB", l.MemoryBytes)
+	}
+	return nil
+}
+
+// mergeLimits fills zero fields of l from def; def is a ceiling that l may
+// only lower.
+func mergeLimits(l, def runner.Limits) runner.Limits {
+	pick := func(v, d int64) int64 {
+		if v == 0 || (d != 0 && v > d) {
+			return d
+		}
+		return v
+	}
+	return runner.Limits{
+		MemoryBytes: pick(l.MemoryBytes, def.MemoryBytes),
+		PIDs:        pick(l.PIDs, def.PIDs),
+		CPUMillis:   pick(l.CPUMillis, def.CPUMillis),
+		Timeout:     time.Duration(pick(int64(l.Timeout), int64(def.Timeout))),
+		OutputBytes: pick(l.OutputBytes, def.OutputBytes),
+		NoFile:      pick(l.NoFile, def.NoFile),
+		FileSize:    pick(l.FileSize, def.FileSize),
+	}
+}
+
+func newID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,295 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/docker/go-units"
+
+	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// Paths inside the container.
+const (
+	agentBinary = "/run/sandboxd-agent/sandbox-agent"
+	agentDir    = "/run/sandboxd"
+	agentSocket = agentDir + "/agent.sock"
+	sandboxUID  = 65534
+)
+
+// Create implements runner.Runner: it creates and starts the container and
+// waits until the agent inside answers. On any failure nothing is left
+// behind.
+func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.Sandbox, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := r.checkSpec(&spec); err != nil {
+		return nil, err
+	}
+	limits := mergeLimits(spec.Limits, r.cfg.Defaults)
+
+	// Reserve the ID so the reconcile loop leaves the half-made sandbox alone.
+	r.mu.Lock()
+	if _, dup := r.live[spec.ID]; dup {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("create sandbox: id %q already in use: %w", spec.ID, runner.ErrInvalidSpec)
+	}
+	r.live[spec.ID] = nil
+	r.mu.Unlock()
+
+	s := &Sandbox{r: r, id: spec.ID, spec: spec, limits: limits, stateDir: filepath.Join(r.stateRoot(), spec.ID)}
+	defer func() {
+		if err != nil {
+			if cerr := s.destroy(ctx); cerr != nil {
+				r.cfg.Logger.Warn("docker runner: cleanup after failed create", "sandbox", spec.ID, "err", cerr)
+			}
+			r.forget(spec.ID)
+		}
+	}()
+
+	if err := os.Mkdir(s.stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
+	}
+	if err := os.Chown(s.stateDir, sandboxUID, sandboxUID); err != nil {
+		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
+	}
+
+	cfg, hc := r.containerConfig(spec, limits, s.stateDir)
+	// The sandbox user must be able to write a read-write workspace.
+	owner, err := workspaceOwner(spec)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: workspace: %w", err)
+	}
+	if owner != "" {
+		cfg.Labels[labelWorkspace], cfg.Labels[labelWorkspaceOwner] = spec.Workspace, owner
+		s.labels = cfg.Labels
+	}
+	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	resp, err := r.api.ContainerCreate(cctx, cfg, hc, nil, nil, "sandboxd-"+spec.ID)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("create sandbox: image %q: %w: %w", cfg.Image, runner.ErrInvalidSpec, err)
+		}
+		return nil, r.ctxOr(ctx, r.wrap("create container", err))
+	}
+	s.containerID = resp.ID
+	if owner != "" {
+		if err := os.Chown(spec.Workspace, sandboxUID, sandboxUID); err != nil {
+			return nil, fmt.Errorf("create sandbox: make workspace writable: %w", err)
+		}
+	}
+	if err := r.api.ContainerStart(cctx, resp.ID, container.StartOptions{}); err != nil {
+		return nil, r.ctxOr(ctx, r.wrap("start container", err))
+	}
+	s.cg = findCgroup(cctx, r.api, resp.ID)
+
+	cl, err := r.dialAgent(ctx, s)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("create sandbox %s: agent did not answer: %w: %w\n%s",
+			spec.ID, runner.ErrUnavailable, err, r.logsTail(ctx, resp.ID))
+	}
+	s.client = cl
+
+	r.mu.Lock()
+	r.live[spec.ID] = s
+	r.mu.Unlock()
+	return s, nil
+}
+
+// dialAgent connects to the agent once it listens and answers a ping,
+// before any sandboxed code runs: the socket path is dialled only here,
+// never again (code inside could later swap it for a symlink to a host
+// socket). It gives up after agentTimeout or as soon as the container has exited.
+func (r *Runner) dialAgent(ctx context.Context, s *Sandbox) (*agent.Client, error) {
+	actx, acancel := context.WithTimeoutCause(ctx, agentTimeout, errors.New("agent start timeout"))
+	defer acancel()
+	watchCtx, stopWatch := context.WithCancelCause(actx)
+	defer stopWatch(nil)
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-t.C:
+			}
+			insp, err := r.api.ContainerInspect(watchCtx, s.containerID)
+			if err == nil && insp.State != nil && !insp.State.Running {
+				stopWatch(fmt.Errorf("container exited with %d", insp.State.ExitCode))
+				return
+			}
+		}
+	}()
+	cl, err := agent.Dial(watchCtx, filepath.Join(s.stateDir, "agent.sock"))
+	if err == nil {
+		if err = cl.Ping(watchCtx); err != nil {
+			cl.Close()
+		}
+	}
+	if err != nil {
+		if cause := context.Cause(watchCtx); cause != nil && ctx.Err() == nil {
+			return nil, fmt.Errorf("%w: %w", cause, err)
+		}
+		return nil, err
+	}
+	return cl, nil
+}
+
+// ctxOr prefers the caller's context error over a derived one.
+func (r *Runner) ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return err
+}
+
+func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
+	if spec.ID == "" {
+		spec.ID = newID()
+	}
+	if !validID.MatchString(spec.ID) {
+		return fmt.Errorf("create sandbox: id %q: %w", spec.ID, runner.ErrInvalidSpec)
+	}
+	switch spec.Network {
+	case "", runner.NetworkNone:
+	case runner.NetworkEgress:
+		return fmt.Errorf("create sandbox: network %q (egress proxy not implemented): %w", spec.Network, runner.ErrUnsupported)
+	default:
+		return fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
+	}
+	switch spec.WorkspaceMode {
+	case "":
+		spec.WorkspaceMode = runner.WorkspaceNone
+		if spec.Workspace != "" {
+			spec.WorkspaceMode = runner.WorkspaceReadOnly
+		}
+	case runner.WorkspaceNone, runner.WorkspaceReadOnly, runner.WorkspaceReadWrite:
+	default:
+		return fmt.Errorf("create sandbox: workspace mode %q: %w", spec.WorkspaceMode, runner.ErrInvalidSpec)
+	}
+	if spec.WorkspaceMode != runner.WorkspaceNone {
+		if spec.Workspace == "" || !filepath.IsAbs(spec.Workspace) {
+			return fmt.Errorf("create sandbox: workspace %q must be an absolute path: %w", spec.Workspace, runner.ErrInvalidSpec)
+		}
+		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+			return fmt.Errorf("create sandbox: workspace %q is not a directory: %w", spec.Workspace, runner.ErrInvalidSpec)
+		}
+	}
+	if err := validLimits(spec.Limits); err != nil {
+		return fmt.Errorf("create sandbox: %w: %w", err, runner.ErrInvalidSpec)
+	}
+	for k := range spec.Labels {
+		if !validLabel.MatchString(k) || len(k) >= len("sandboxd.") && k[:len("sandboxd.")] == "sandboxd." {
+			return fmt.Errorf("create sandbox: label %q: %w", k, runner.ErrInvalidSpec)
+		}
+	}
+	if !r.caps.Seccomp || !r.caps.Cgroups {
+		return fmt.Errorf("create sandbox: daemon at %s lacks seccomp or cgroup limits: %w", r.cfg.Host, runner.ErrUnsupported)
+	}
+	return nil
+}
+
+// containerConfig is the whole isolation of one sandbox.
+func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, stateDir string) (*container.Config, *container.HostConfig) {
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelManaged] = "true"
+	labels[LabelOwner] = r.cfg.InstanceID
+	labels[LabelSandbox] = spec.ID
+	image := spec.Image
+	if image == "" {
+		image = r.cfg.Image
+	}
+	uid := strconv.Itoa(sandboxUID)
+	cfg := &container.Config{
+		Image:    image,
+		User:     uid + ":" + uid,
+		Hostname: "sandbox",
+		// env -i: the agent passes its own environment to every process,
+		// and Docker always adds HOSTNAME, HOME and the image's ENV.
+		Entrypoint: []string{"/usr/bin/env", "-i", agentBinary, "--socket", agentSocket, "--root", runner.WorkspaceDir},
+		Cmd:        nil,
+		WorkingDir: "/",
+		Labels:     labels,
+		Env:        []string{},
+	}
+	mounts := []mount.Mount{
+		{Type: mount.TypeBind, Source: r.cfg.AgentPath, Target: agentBinary, ReadOnly: true,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
+		{Type: mount.TypeBind, Source: stateDir, Target: agentDir,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
+	}
+	if spec.WorkspaceMode != runner.WorkspaceNone {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: spec.Workspace, Target: runner.WorkspaceDir,
+			ReadOnly: spec.WorkspaceMode == runner.WorkspaceReadOnly, BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
+	}
+	tmp := fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", r.cfg.TmpBytes)
+	noInit := false
+	pids := l.PIDs
+	hc := &container.HostConfig{
+		NetworkMode:    "none",
+		IpcMode:        "private",
+		Mounts:         mounts,
+		Tmpfs:          map[string]string{"/tmp": tmp},
+		ShmSize:        r.cfg.TmpBytes,
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + r.seccomp},
+		Init:           &noInit,
+		AutoRemove:     false,
+		Runtime:        r.cfg.Runtime,
+		LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
+		Resources: container.Resources{
+			Memory:     l.MemoryBytes,
+			MemorySwap: l.MemoryBytes,
+			PidsLimit:  &pids,
+			NanoCPUs:   l.CPUMillis * 1_000_000,
+			Ulimits: []*units.Ulimit{
+				{Name: "nofile", Soft: l.NoFile, Hard: l.NoFile},
+				{Name: "fsize", Soft: l.FileSize, Hard: l.FileSize},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+	}
+	return cfg, hc
+}
+
+// logsTail returns the last lines the container wrote, for error messages.
+func (r *Runner) logsTail(ctx context.Context, id string) string {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var state string
+	if insp, err := r.api.ContainerInspect(cctx, id); err == nil && insp.State != nil {
+		state = fmt.Sprintf("container state %s exit %d oom %v error %q", insp.State.Status, insp.State.ExitCode, insp.State.OOMKilled, insp.State.Error)
+	}
+	rc, err := r.api.ContainerLogs(cctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	if err != nil {
+		return state + "; logs unavailable: " + err.Error()
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, rc); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		out.WriteString("(" + err.Error() + ")")
+	}
+	return state + "; logs:\n" + out.String()
+}

@@ -1,0 +1,323 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
+)
+
+const testImage = DefaultImage
+
+var (
+	agentPath  string // built by TestMain
+	skipReason string // non-empty: no daemon, and SANDBOXD_REQUIRE_DOCKER unset
+	testState  string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "sandboxd-docker-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	testState = filepath.Join(dir, "state")
+	agentPath = filepath.Join(dir, "sandbox-agent")
+	build := exec.Command("go", "build", "-o", agentPath, "github.com/sandboxd/sandboxd/cmd/sandbox-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build sandbox-agent: %v\n%s", err, out)
+		return 1
+	}
+	if err := pingDaemon(); err != nil {
+		if os.Getenv("SANDBOXD_REQUIRE_DOCKER") != "" {
+			fmt.Fprintf(os.Stderr, "SANDBOXD_REQUIRE_DOCKER is set but Docker is not usable: %v\n", err)
+			return 1
+		}
+		skipReason = "Docker not usable: " + err.Error() + " (set SANDBOXD_REQUIRE_DOCKER=1 to fail instead of skipping)"
+	}
+	return m.Run()
+}
+
+func pingDaemon() error {
+	c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Ping(ctx); err != nil {
+		return err
+	}
+	_, err = c.ImageInspect(ctx, testImage)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", testImage, err)
+	}
+	return nil
+}
+
+func needDocker(tb testing.TB) {
+	tb.Helper()
+	if skipReason != "" {
+		tb.Skip(skipReason)
+	}
+}
+
+func newTestRunner(tb testing.TB, cfg Config) *Runner {
+	tb.Helper()
+	needDocker(tb)
+	if cfg.AgentPath == "" {
+		cfg.AgentPath = agentPath
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = testState
+	}
+	if cfg.Image == "" {
+		cfg.Image = testImage
+	}
+	r, err := New(context.Background(), cfg)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	tb.Cleanup(func() { r.Close(context.Background()) })
+	return r
+}
+
+// leftovers lists containers of sandbox id and its state dir.
+func (r *Runner) leftovers(id string) []string {
+	var left []string
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	list, err := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelSandbox+"="+id))})
+	if err != nil {
+		return []string{"list containers: " + err.Error()}
+	}
+	for _, c := range list {
+		left = append(left, "container "+c.ID[:12]+" "+c.State)
+	}
+	if _, err := os.Stat(filepath.Join(r.stateRoot(), id)); err == nil {
+		left = append(left, "state dir "+filepath.Join(r.stateRoot(), id))
+	}
+	return left
+}
+
+func TestConformance(t *testing.T) {
+	r := newTestRunner(t, Config{})
+	runnertest.Run(t, runnertest.Factory{
+		New:             func(t *testing.T) runner.Runner { return r },
+		Leftovers:       r.leftovers,
+		DropsPrivileges: true,
+		KillsDaemons:    true,
+	})
+}
+
+func TestContainerIsolation(t *testing.T) {
+	r := newTestRunner(t, Config{})
+	ws := t.TempDir()
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly, Labels: map[string]string{"tenant": "t1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	if err := sb.(*Sandbox).Agent().Ping(t.Context()); err != nil {
+		t.Fatalf("agent ping: %v", err)
+	}
+	insp, err := r.api.ContainerInspect(t.Context(), sb.(*Sandbox).ContainerID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := insp.HostConfig
+	if !hc.ReadonlyRootfs {
+		t.Error("root fs is writable")
+	}
+	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || len(hc.CapAdd) != 0 {
+		t.Errorf("CapDrop %v CapAdd %v", hc.CapDrop, hc.CapAdd)
+	}
+	if string(hc.NetworkMode) != "none" {
+		t.Errorf("NetworkMode %q", hc.NetworkMode)
+	}
+	if insp.Config.User != "65534:65534" {
+		t.Errorf("User %q", insp.Config.User)
+	}
+	var nnp, seccomp bool
+	for _, o := range hc.SecurityOpt {
+		switch {
+		case o == "no-new-privileges":
+			nnp = true
+		case strings.HasPrefix(o, "seccomp="):
+			seccomp = strings.TrimPrefix(o, "seccomp=") == r.seccomp && strings.Contains(o, `"defaultAction": "SCMP_ACT_ERRNO"`)
+		}
+	}
+	if !nnp || !seccomp {
+		t.Errorf("no-new-privileges %v, our seccomp profile %v", nnp, seccomp)
+	}
+	if hc.Privileged || hc.PidMode != "" || hc.IpcMode != "private" || hc.Init == nil || *hc.Init {
+		t.Errorf("Privileged %v PidMode %q IpcMode %q Init %v", hc.Privileged, hc.PidMode, hc.IpcMode, hc.Init)
+	}
+	if hc.Memory != builtinDefaults.MemoryBytes || hc.MemorySwap != hc.Memory || hc.PidsLimit == nil || *hc.PidsLimit != builtinDefaults.PIDs || hc.NanoCPUs != 1e9 {
+		t.Errorf("Memory %d swap %d pids %v cpus %d", hc.Memory, hc.MemorySwap, hc.PidsLimit, hc.NanoCPUs)
+	}
+	targets := map[string]bool{}
+	for _, m := range insp.Mounts {
+		targets[m.Destination] = m.RW
+	}
+	want := map[string]bool{agentBinary: false, agentDir: true, runner.WorkspaceDir: false}
+	if len(targets) != len(want) {
+		t.Errorf("mounts %v, want %v", targets, want)
+	}
+	for d, rw := range want {
+		if got, ok := targets[d]; !ok || got != rw {
+			t.Errorf("mount %s: present %v rw %v, want rw %v", d, ok, got, rw)
+		}
+	}
+	l := insp.Config.Labels
+	if l[LabelManaged] != "true" || l[LabelOwner] != r.cfg.InstanceID || l[LabelSandbox] != sb.ID() || l["tenant"] != "t1" {
+		t.Errorf("labels %v", l)
+	}
+}
+
+func TestReapForeignOwner(t *testing.T) {
+	needDocker(t)
+	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	name := "sandboxd-test-foreign-" + newID()
+	resp, err := api.ContainerCreate(t.Context(), &container.Config{
+		Image: testImage, Entrypoint: []string{"sleep", "300"},
+		Labels: map[string]string{LabelManaged: "true", LabelOwner: "previous-" + newID(), LabelSandbox: name},
+	}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true})
+	if err := api.ContainerStart(t.Context(), resp.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	staleState := filepath.Join(testState, "previous-instance", "stale")
+	if err := os.MkdirAll(staleState, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(filepath.Dir(staleState), old, old)
+	time.Sleep(1100 * time.Millisecond) // created strictly before the runner starts
+	// A runner that started earlier leaves it alone: it may belong to a
+	// live sandboxd sharing the daemon.
+	r := newTestRunner(t, Config{ReconcileInterval: -1}) // New reaps
+	if _, err := api.ContainerInspect(t.Context(), resp.ID); err == nil {
+		t.Fatal("container of a previous owner survived New")
+	}
+	if _, err := os.Stat(staleState); err == nil {
+		t.Fatal("stale state dir survived New")
+	}
+	// Our own unheld container is reaped by Reap too.
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cid := sb.(*Sandbox).ContainerID()
+	r.forget(sb.ID()) // as if Close had lost track of it
+	n, err := r.Reap(t.Context())
+	if err != nil || n != 1 {
+		t.Fatalf("Reap = %d, %v; want 1", n, err)
+	}
+	if _, err := api.ContainerInspect(t.Context(), cid); err == nil {
+		t.Fatal("unheld container survived Reap")
+	}
+	if err := sb.Close(t.Context()); err != nil {
+		t.Fatalf("Close after reap: %v", err)
+	}
+}
+
+func TestDaemonUnavailable(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	_, err := New(t.Context(), Config{Host: "unix://" + filepath.Join(t.TempDir(), "dead.sock"), AgentPath: agentPath, StateDir: t.TempDir()})
+	if !errors.Is(err, runner.ErrUnavailable) {
+		t.Fatalf("New with a dead socket: %v, want ErrUnavailable", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("took %v", el)
+	}
+	t.Log(err)
+}
+
+func TestAgentFailsToStart(t *testing.T) {
+	needDocker(t)
+	bad := filepath.Join(t.TempDir(), "broken-agent")
+	if err := os.WriteFile(bad, []byte("#!/bin/sh\necho agent-is-broken >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Dir(bad), 0o755)
+	r := newTestRunner(t, Config{AgentPath: bad, ReconcileInterval: -1})
+	start := time.Now()
+	_, err := r.Create(t.Context(), runner.SandboxSpec{ID: "broken-" + newID()})
+	if err == nil || !strings.Contains(err.Error(), "agent-is-broken") {
+		t.Fatalf("Create with a broken agent: %v; want the container's log in the error", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("took %v to notice the agent died", el)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	list, _ := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelOwner+"="+r.cfg.InstanceID))})
+	if len(list) != 0 {
+		t.Fatalf("failed Create left %d containers", len(list))
+	}
+	t.Log(err)
+}
+
+func TestContainerDiesMidExec(t *testing.T) {
+	r := newTestRunner(t, Config{ReconcileInterval: -1})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	time.AfterFunc(300*time.Millisecond, func() {
+		api.ContainerKill(context.Background(), sb.(*Sandbox).ContainerID(), "KILL")
+	})
+	start := time.Now()
+	_, err = sb.Exec(t.Context(), runner.Process{Args: []string{"sleep", "30"}})
+	if !errors.Is(err, runner.ErrUnavailable) {
+		t.Fatalf("Exec in a killed container: %v, want ErrUnavailable", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("took %v", el)
+	}
+	if _, err := sb.Exec(t.Context(), runner.Process{Args: []string{"true"}}); !errors.Is(err, runner.ErrUnavailable) {
+		t.Fatalf("Exec after the container died: %v, want ErrUnavailable", err)
+	}
+	if err := sb.Close(t.Context()); err != nil {
+		t.Fatalf("Close of a dead sandbox: %v", err)
+	}
+	if left := r.leftovers(sb.ID()); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+	t.Log(err)
+}

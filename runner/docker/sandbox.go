@@ -1,0 +1,325 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/iox"
+)
+
+var (
+	_ runner.Sandbox                     = (*Sandbox)(nil)
+	_ interface{ Agent() *agent.Client } = (*Sandbox)(nil) // runner.AgentSandbox
+)
+
+// maxStdin bounds Process.Stdin: it travels in one agent frame.
+const maxStdin = 4 << 20
+
+// Sandbox is one container with the agent as its pid 1.
+type Sandbox struct {
+	r           *Runner
+	id          string
+	spec        runner.SandboxSpec
+	limits      runner.Limits
+	stateDir    string
+	containerID string
+	labels      map[string]string // set when the workspace was chowned
+	cg          *cgroup           // nil when the container's cgroup is not readable here
+	client      *agent.Client
+
+	mu       sync.Mutex
+	inflight int // running Execs
+	closed   bool
+	closeErr error
+	done     chan struct{} // closed when Close has finished
+}
+
+// ID implements runner.Sandbox.
+func (s *Sandbox) ID() string { return s.id }
+
+// ContainerID is the Docker container's full ID.
+func (s *Sandbox) ContainerID() string { return s.containerID }
+
+// Agent returns the connection to the sandbox agent, for REPL and file
+// operations. It is closed by Close.
+func (s *Sandbox) Agent() *agent.Client { return s.client }
+
+func (s *Sandbox) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Exec implements runner.Sandbox: the agent runs the process.
+func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, error) {
+	if s.isClosed() {
+		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, runner.ErrClosed)
+	}
+	if len(p.Args) == 0 || p.Args[0] == "" {
+		return runner.Result{}, fmt.Errorf("exec: empty Args: %w", runner.ErrInvalidSpec)
+	}
+	if p.Timeout < 0 {
+		return runner.Result{}, fmt.Errorf("exec: negative timeout %v: %w", p.Timeout, runner.ErrInvalidSpec)
+	}
+	if err := ctx.Err(); err != nil {
+		return runner.Result{}, err
+	}
+	req := agent.ExecRequest{
+		Args:        p.Args,
+		Env:         p.Env,
+		Dir:         p.Dir,
+		Timeout:     p.Timeout,
+		OutputLimit: s.limits.OutputBytes,
+	}
+	if req.Timeout == 0 {
+		req.Timeout = s.limits.Timeout
+	}
+	if req.Env == nil {
+		req.Env = []string{}
+	}
+	if req.Dir == "" {
+		req.Dir = "/"
+		if s.spec.WorkspaceMode != runner.WorkspaceNone {
+			req.Dir = runner.WorkspaceDir
+		}
+	}
+	if p.Stdin != nil {
+		b, err := io.ReadAll(io.LimitReader(p.Stdin, maxStdin+1))
+		if err != nil {
+			return runner.Result{}, fmt.Errorf("exec: read stdin: %w", err)
+		}
+		if len(b) > maxStdin {
+			return runner.Result{}, fmt.Errorf("exec: stdin larger than %d bytes: %w", maxStdin, runner.ErrInvalidSpec)
+		}
+		req.Stdin = b
+	}
+	var onOutput func(string, []byte)
+	live := p.Stdout != nil || p.Stderr != nil
+	if live {
+		// The agent streams only what it keeps: ask it to keep its
+		// maximum so live writers see the whole output (up to
+		// agent.MaxOutputLimit), and cap the result here.
+		req.OutputLimit = max(req.OutputLimit, agent.MaxOutputLimit)
+		onOutput = func(stream string, chunk []byte) {
+			switch {
+			case stream == "stdout" && p.Stdout != nil:
+				p.Stdout.Write(chunk)
+			case stream == "stderr" && p.Stderr != nil:
+				p.Stderr.Write(chunk)
+			}
+		}
+	}
+
+	s.mu.Lock()
+	s.inflight++
+	s.mu.Unlock()
+	before := s.cg.sample()
+	ar, err := s.client.Exec(ctx, req, onOutput)
+	after := s.cg.sample()
+	s.endExec()
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return runner.Result{}, ctx.Err()
+		case s.isClosed():
+			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, runner.ErrClosed)
+		}
+		var re *agent.RemoteError
+		if errors.As(err, &re) {
+			// The agent refused the request (bad dir, ...): the caller's input.
+			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w", s.id, runner.ErrInvalidSpec, err)
+		}
+		state, note := s.deathNote(ctx)
+		if state != nil && state.OOMKilled && !state.Running {
+			// The OOM killer took the agent itself: the process's fate is
+			// a result; the sandbox is dead (later Execs fail).
+			return runner.Result{ExitCode: 128 + int(syscall.SIGKILL), Signal: "SIGKILL", OOMKilled: true,
+				Stdout: []byte{}, Stderr: []byte{}, Usage: runner.Usage{PeakMemory: after.peak}}, nil
+		}
+		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w%s", s.id, runner.ErrUnavailable, err, note)
+	}
+	res := runner.Result{
+		ExitCode:        ar.ExitCode,
+		Signal:          signalName(ar.Signal),
+		TimedOut:        ar.TimedOut,
+		Stdout:          ar.Stdout,
+		Stderr:          ar.Stderr,
+		StdoutTruncated: ar.StdoutTruncated,
+		StderrTruncated: ar.StderrTruncated,
+		Duration:        ar.Duration,
+	}
+	if live && req.OutputLimit > s.limits.OutputBytes {
+		res.Stdout, res.StdoutTruncated = recap(res.Stdout, res.StdoutTruncated, s.limits.OutputBytes)
+		res.Stderr, res.StderrTruncated = recap(res.Stderr, res.StderrTruncated, s.limits.OutputBytes)
+	}
+	if res.Stdout == nil {
+		res.Stdout = []byte{}
+	}
+	if res.Stderr == nil {
+		res.Stderr = []byte{}
+	}
+	if sig := signalNumber(res.Signal); sig != 0 && res.ExitCode <= 0 {
+		res.ExitCode = 128 + sig
+	}
+	if s.cg != nil {
+		res.OOMKilled = res.Signal == "SIGKILL" && !res.TimedOut && after.oomKills > before.oomKills
+		res.Usage = runner.Usage{CPU: after.cpu - before.cpu, PeakMemory: after.peak}
+	}
+	return res, nil
+}
+
+// endExec kills processes that escaped the agent's session once no Exec
+// runs: nothing an Exec started outlives it, daemons included.
+func (s *Sandbox) endExec() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	if s.inflight == 0 && !s.closed {
+		if n := s.cg.killStrays(); n > 0 {
+			s.r.cfg.Logger.Debug("docker runner: killed processes that left the agent's session", "sandbox", s.id, "count", n)
+		}
+	}
+}
+
+// deathNote explains a lost agent connection from the container's state.
+func (s *Sandbox) deathNote(ctx context.Context) (*container.State, string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	insp, err := s.r.api.ContainerInspect(cctx, s.containerID)
+	if err != nil {
+		return nil, " (" + s.r.wrap("inspect container", err).Error() + ")"
+	}
+	if insp.State == nil {
+		return nil, ""
+	}
+	return insp.State, fmt.Sprintf(" (container %s, exit %d, oom killed %v)", insp.State.Status, insp.State.ExitCode, insp.State.OOMKilled)
+}
+
+// Stats implements runner.Sandbox from a one-shot Docker stats sample.
+func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
+	if s.isClosed() {
+		return runner.Usage{}, fmt.Errorf("stats of sandbox %s: %w", s.id, runner.ErrClosed)
+	}
+	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	rd, err := s.r.api.ContainerStatsOneShot(cctx, s.containerID)
+	if err != nil {
+		return runner.Usage{}, s.r.ctxOr(ctx, s.r.wrap("container stats", err))
+	}
+	defer rd.Body.Close()
+	var st container.StatsResponse
+	if err := json.NewDecoder(io.LimitReader(rd.Body, 1<<20)).Decode(&st); err != nil {
+		return runner.Usage{}, fmt.Errorf("docker: decode stats: %w", err)
+	}
+	u := runner.Usage{CPU: time.Duration(st.CPUStats.CPUUsage.TotalUsage), PeakMemory: int64(st.MemoryStats.MaxUsage)}
+	if u.PeakMemory == 0 {
+		u.PeakMemory = int64(st.MemoryStats.Usage)
+	}
+	if s.cg != nil { // cgroup v2 stats carry no peak
+		if smp := s.cg.sample(); smp.peak > u.PeakMemory {
+			u.PeakMemory = smp.peak
+		}
+	}
+	return u, nil
+}
+
+// Close implements runner.Sandbox: it closes the agent connection (the
+// agent kills what it runs), removes the container and the state dir.
+// Idempotent; later calls wait for the first and return nil. Cleanup runs
+// even if ctx is cancelled, bounded by its own timeout.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		done := s.done
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	s.closed = true
+	s.done = make(chan struct{})
+	s.mu.Unlock()
+
+	err := s.destroy(ctx)
+	s.r.forget(s.id)
+	s.mu.Lock()
+	s.closeErr = err
+	close(s.done)
+	s.mu.Unlock()
+	if err != nil {
+		s.r.cfg.Logger.Warn("docker runner: close sandbox (the reconcile loop retries)", "sandbox", s.id, "err", err)
+	}
+	return err
+}
+
+// destroy removes everything the sandbox has on the host.
+func (s *Sandbox) destroy(ctx context.Context) error {
+	var errs []error
+	if s.client != nil {
+		s.client.Close()
+	}
+	if s.containerID != "" {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+		err := s.r.api.ContainerRemove(cctx, s.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		cancel()
+		if err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, s.r.wrap("remove container "+s.containerID, err))
+		}
+	}
+	if err := restoreWorkspace(s.labels); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(s.stateDir); err != nil {
+		errs = append(errs, fmt.Errorf("docker: remove state dir: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// recap caps output at limit bytes, keeping head and tail.
+func recap(b []byte, truncated bool, limit int64) ([]byte, bool) {
+	if int64(len(b)) <= limit {
+		return b, truncated
+	}
+	c := iox.NewCapture(limit)
+	c.Write(b)
+	out, _ := c.Bytes()
+	return out, true
+}
+
+// signalName turns the agent's signal description ("killed", "SIGKILL",
+// "9") into the runner's form ("SIGKILL").
+func signalName(s string) string {
+	if s == "" {
+		return ""
+	}
+	if n := unix.SignalNum(s); n != 0 {
+		return s
+	}
+	for i := syscall.Signal(1); i < 65; i++ {
+		if i.String() == s || fmt.Sprint(int(i)) == s {
+			if name := unix.SignalName(i); name != "" {
+				return name
+			}
+		}
+	}
+	return s
+}
+
+func signalNumber(name string) int {
+	return int(unix.SignalNum(name))
+}
