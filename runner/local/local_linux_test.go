@@ -53,6 +53,7 @@ func TestConformance(t *testing.T) {
 		Leftovers:       r.Leftovers,
 		DropsPrivileges: true,
 		KillsDaemons:    true,
+		PrivateRootView: true,
 	})
 }
 

@@ -382,7 +382,20 @@ func (s *suite) testHostHidden(t *testing.T) {
 	sb := s.sandbox(t, runner.SandboxSpec{})
 	cwd, _ := os.Getwd()
 	self, _ := os.Executable()
-	paths := []string{"/root", "/home", "/var/run/docker.sock", "/run/containerd", "/var/lib", "/srv", "/mnt", "/sys/fs/cgroup", cwd, self, os.TempDir() + "/.X11-unix"}
+	// Markers that exist only on this host: an image may well have its own
+	// /root or /var/lib, so the test plants host-unique paths instead of
+	// guessing at directory names.
+	marker, err := os.MkdirTemp("/var/tmp", "sandboxd-hostmarker-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(marker)
+	paths := []string{marker, "/var/run/docker.sock", "/run/containerd/containerd.sock", cwd, self, os.TempDir() + "/.X11-unix"}
+	if s.f.PrivateRootView {
+		// Backends that build the root from the host's system dirs show
+		// nothing else of it.
+		paths = append(paths, "/root", "/home", "/var/lib", "/srv", "/mnt", "/sys/fs/cgroup")
+	}
 	var b strings.Builder
 	for _, p := range paths {
 		fmt.Fprintf(&b, "%q,", p)

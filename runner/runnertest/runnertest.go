@@ -38,6 +38,10 @@ type Factory struct {
 	// session (setsid, nohup) die when the Exec ends. Implied by
 	// Capabilities().PIDNamespace.
 	KillsDaemons bool
+	// PrivateRootView: the root is assembled from the host's system
+	// directories only (no image), so /root, /home, /var/lib, /srv, /mnt
+	// and /sys must be absent, not merely the image's own.
+	PrivateRootView bool
 }
 
 type suite struct {
