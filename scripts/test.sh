@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what the tests need, then runs formatting
-# and vet checks, unit tests with the race detector, short fuzz runs and the
-# integration tests (which start real sandboxd processes).
+# The whole test suite: installs what the tests need (packages, dockerd, the
+# sandbox images), then runs formatting and vet checks, unit tests with the
+# race detector (the Docker runner's against the real dockerd), short fuzz
+# runs and the integration tests (which start real sandboxd processes).
 #
 #   FUZZTIME=10s   time per fuzz target (0 skips fuzzing)
-#   SKIP_SETUP=1   skip the package installation step
+#   SKIP_SETUP=1   skip installing packages, starting dockerd and building images
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
-[ "${SKIP_SETUP:-}" = 1 ] || bash scripts/setup.sh
+if [ "${SKIP_SETUP:-}" != 1 ]; then
+	bash scripts/setup.sh
+	bash scripts/docker-setup.sh
+	bash scripts/build-images.sh
+fi
+# Backends whose daemon is missing must fail here, not skip.
+export SANDBOXD_REQUIRE_DOCKER=1
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
