@@ -215,6 +215,9 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 	}
 	labels[LabelManaged] = "true"
 	labels[LabelOwner] = r.cfg.InstanceID
+	if selfProc != "" {
+		labels[labelOwnerProc] = selfProc
+	}
 	labels[LabelSandbox] = spec.ID
 	image := spec.Image
 	if image == "" {

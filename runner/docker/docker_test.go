@@ -321,3 +321,62 @@ func TestContainerDiesMidExec(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestReapByOwnerLiveness: a container whose owning process is dead is
+// reaped however recently it was created (a pool refill just before
+// kill -9), one whose owner still runs is kept.
+func TestReapByOwnerLiveness(t *testing.T) {
+	needDocker(t)
+	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(proc string) string {
+		name := "sandboxd-test-owner-" + newID()
+		resp, err := api.ContainerCreate(t.Context(), &container.Config{
+			Image: testImage, Entrypoint: []string{"sleep", "300"},
+			Labels: map[string]string{LabelManaged: "true", LabelOwner: "other-" + newID(), LabelSandbox: name, labelOwnerProc: proc},
+		}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { api.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true}) })
+		return resp.ID
+	}
+	r := newTestRunner(t, Config{ReconcileInterval: -1})
+	deadID := mk(fmt.Sprintf("%d:1", dead.Process.Pid))
+	liveID := mk(selfProc)
+	if _, err := r.Reap(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.ContainerInspect(t.Context(), deadID); err == nil {
+		t.Fatal("container of a dead owner survived Reap")
+	}
+	if _, err := api.ContainerInspect(t.Context(), liveID); err != nil {
+		t.Fatalf("container of a live owner was reaped: %v", err)
+	}
+}
+
+func TestOwnerAlive(t *testing.T) {
+	for _, tc := range []struct {
+		label        string
+		alive, known bool
+	}{
+		{selfProc, true, true},
+		{fmt.Sprintf("%d:1", os.Getpid()), false, true}, // pid reused by another process
+		{"999999999:5", false, true},
+		{"", false, false},
+		{"abc:def", false, false},
+		{"12", false, false},
+	} {
+		alive, known := ownerAlive(tc.label)
+		if alive != tc.alive || known != tc.known {
+			t.Errorf("ownerAlive(%q) = %v, %v; want %v, %v", tc.label, alive, known, tc.alive, tc.known)
+		}
+	}
+}

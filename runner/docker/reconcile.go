@@ -29,10 +29,10 @@ func (r *Runner) held(id string) bool {
 
 // Reap implements runner.Reaper. It removes managed containers that no
 // open Sandbox of this runner holds: those of this InstanceID, and those of
-// other owners created before this runner started (left by an earlier
-// process; a concurrently running sandboxd sharing the daemon keeps the
-// sandboxes it created after this one started). It also removes state
-// dirs no open sandbox holds.
+// other owners whose process is dead (the owner-proc label; a concurrently
+// running sandboxd sharing the daemon keeps its sandboxes). Containers
+// without that label fall back to age: those created before this runner
+// started are reaped. It also removes state dirs no open sandbox holds.
 func (r *Runner) Reap(ctx context.Context) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
@@ -50,8 +50,11 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 		switch {
 		case owner == r.cfg.InstanceID && r.held(id):
 			continue
-		case owner != r.cfg.InstanceID && time.Unix(c.Created, 0).After(r.started.Add(-time.Second)):
-			continue
+		case owner != r.cfg.InstanceID:
+			alive, known := ownerAlive(c.Labels[labelOwnerProc])
+			if alive || (!known && time.Unix(c.Created, 0).After(r.started.Add(-time.Second))) {
+				continue
+			}
 		}
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 		err := r.api.ContainerRemove(rctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
