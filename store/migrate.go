@@ -36,6 +36,27 @@ var migrations = []string{
 		ON jobs (tenant, created_at DESC, id DESC);
 	CREATE INDEX IF NOT EXISTS jobs_unfinished
 		ON jobs (state, created_at) WHERE state IN ('queued', 'running');`,
+	// 2: sessions, and the session a job runs in.
+	`ALTER TABLE jobs ADD COLUMN session_id TEXT NOT NULL DEFAULT '';
+	CREATE TABLE IF NOT EXISTS sessions (
+		id           TEXT    PRIMARY KEY,
+		tenant       TEXT    NOT NULL,
+		image        TEXT    NOT NULL DEFAULT '',
+		effects      TEXT    NOT NULL DEFAULT '[]',  -- JSON []tools.Effect
+		limits       TEXT    NOT NULL DEFAULT '{}',  -- JSON runner.Limits
+		state        TEXT    NOT NULL,
+		reason       TEXT    NOT NULL DEFAULT '',
+		ttl          INTEGER NOT NULL DEFAULT 0,     -- nanoseconds
+		idle_timeout INTEGER NOT NULL DEFAULT 0,     -- nanoseconds
+		created_at   INTEGER NOT NULL,               -- unix nanoseconds, UTC
+		expires_at   INTEGER NOT NULL,
+		last_used_at INTEGER NOT NULL,
+		closed_at    INTEGER
+	);
+	CREATE INDEX IF NOT EXISTS sessions_tenant_created
+		ON sessions (tenant, created_at DESC, id DESC);
+	CREATE INDEX IF NOT EXISTS sessions_open
+		ON sessions (state) WHERE state IN ('creating', 'active');`,
 }
 
 // migrate brings the schema to the latest version.

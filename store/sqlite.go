@@ -88,7 +88,7 @@ func Open(path string) (*SQLite, error) {
 		stmt string
 	}{
 		{s.w, &s.insert, `INSERT INTO jobs (` + jobColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{s.w, &s.update, `UPDATE jobs SET
 		tool = ?, call_id = ?, args = ?, idempotency_key = ?, runner = ?, limits = ?,
 		state = ?, reason = ?, result = ?, attempts = ?, started_at = ?, finished_at = ?
@@ -120,7 +120,7 @@ func (s *SQLite) Close() error {
 }
 
 const jobColumns = `id, tenant, tool, call_id, args, idempotency_key, runner, limits,
-	state, reason, result, attempts, created_at, started_at, finished_at`
+	state, reason, result, attempts, created_at, started_at, finished_at, session_id`
 
 // Create implements job.Store.
 func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
@@ -130,7 +130,7 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 	}
 	_, err = s.insert.ExecContext(ctx,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
-		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt)
+		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID)
 	if isConstraint(err) {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -266,6 +266,7 @@ type row struct {
 	attempts                       int
 	createdAt                      int64
 	startedAt, finishedAt          sql.NullInt64
+	sessionID                      string
 }
 
 func toRow(j *job.Job) (row, error) {
@@ -274,7 +275,7 @@ func toRow(j *job.Job) (row, error) {
 		args:    "null",
 		idemKey: sql.NullString{String: j.IdempotencyKey, Valid: j.IdempotencyKey != ""},
 		runner:  j.Runner, state: string(j.State), reason: j.Reason,
-		attempts:  j.Attempts,
+		attempts: j.Attempts, sessionID: j.SessionID,
 		createdAt: j.CreatedAt.UnixNano(),
 	}
 	if len(j.Args) > 0 {
@@ -309,7 +310,7 @@ type scanner interface{ Scan(dest ...any) error }
 func scanJob(sc scanner) (*job.Job, error) {
 	var r row
 	err := sc.Scan(&r.id, &r.tenant, &r.tool, &r.callID, &r.args, &r.idemKey, &r.runner, &r.limits,
-		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt)
+		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt, &r.sessionID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, job.ErrNotFound
 	}
@@ -320,7 +321,7 @@ func scanJob(sc scanner) (*job.Job, error) {
 		ID: r.id, Tenant: r.tenant, Tool: r.tool, CallID: r.callID,
 		IdempotencyKey: r.idemKey.String,
 		Runner:         r.runner, State: job.State(r.state), Reason: r.reason,
-		Attempts:  r.attempts,
+		Attempts: r.attempts, SessionID: r.sessionID,
 		CreatedAt: time.Unix(0, r.createdAt).UTC(),
 	}
 	if r.args != "null" && r.args != "" {
