@@ -36,6 +36,16 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 			return nil, false, fmt.Errorf("submit: %w", err)
 		}
 	}
+	var ls *liveSession
+	if req.SessionID != "" {
+		if ls, err = s.activeSession(ctx, tenant, req.SessionID); err != nil {
+			return nil, false, err
+		}
+		if eff, ok := ls.snapshot().allows(tool.Effects); !ok {
+			return nil, false, fmt.Errorf("%w: tool %s needs the %q effect, which session %s does not allow (create the session with it in \"effects\")",
+				ErrEffectNotAllowed, tool.Name, eff, req.SessionID)
+		}
+	}
 
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -55,7 +65,7 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 	now := time.Now().UTC()
 	j := &Job{
 		ID: newID(now), Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
-		IdempotencyKey: key, Runner: runnerName, Limits: limits,
+		IdempotencyKey: key, Runner: runnerName, Limits: limits, SessionID: req.SessionID,
 		State: StateQueued, CreatedAt: now,
 	}
 	e := newEntry(j, tool, args, s.cfg.EventHistory)
@@ -73,6 +83,9 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 		return nil, false, fmt.Errorf("submit: %w", err)
 	}
 	snap := cloneJob(j)
+	if ls != nil {
+		ls.join(j.ID)
+	}
 	e.events.emit(Event{Type: EventQueued, Time: now, Job: cloneJob(j)})
 	e.mu.Unlock()
 	s.m.queueDepth.Inc()

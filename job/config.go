@@ -44,6 +44,48 @@ type Config struct {
 	// When full, the oldest output events are dropped (queued, started and
 	// finished are always kept). Default 256.
 	EventHistory int
+	// Sessions configures persistent sandboxes (see CreateSession).
+	Sessions SessionConfig
+	// Pool configures the warm sandbox pool of one-shot jobs.
+	Pool PoolConfig
+}
+
+// SessionConfig configures sessions. Zero fields take the defaults.
+type SessionConfig struct {
+	// MaxPerTenant bounds a tenant's open sessions. Default 10.
+	MaxPerTenant int
+	// DefaultTTL is a session's lifetime when the request gives none.
+	// Default 1h. MaxTTL caps what a request may ask. Default 24h.
+	DefaultTTL, MaxTTL time.Duration
+	// DefaultIdle closes a session unused for that long when the request
+	// gives no idle timeout. Default 10m.
+	DefaultIdle time.Duration
+	// ReapInterval is how often expired and idle sessions are closed.
+	// Default 5s.
+	ReapInterval time.Duration
+	// MaxFileBytes caps one uploaded file (PUT). Default 64 MiB.
+	MaxFileBytes int64
+	// MaxArchiveBytes caps an uploaded archive, both as sent and the
+	// total size of its files once unpacked. Default 256 MiB.
+	MaxArchiveBytes int64
+	// MaxArchiveEntries caps the entries of an uploaded archive. Default
+	// 10000.
+	MaxArchiveEntries int
+	// FileUID and FileGID own the files uploaded into a workspace when the
+	// daemon runs as root, so the sandbox user can change them. Default
+	// 65534 (nobody); -1 leaves the daemon's owner.
+	FileUID, FileGID int
+}
+
+// PoolConfig configures the warm pool.
+type PoolConfig struct {
+	// Size is how many ready sandboxes are kept per pooled key. 0 (the
+	// default here; the daemon's config defaults to 2) disables the pool.
+	Size int
+	// MaxSandboxes caps the sandboxes alive at once (sessions, pooled and
+	// in use); the pool does not refill and sessions are refused past it.
+	// Default 64.
+	MaxSandboxes int
 }
 
 // RunnerInProcess is the Job.Runner of tools that run inside the daemon.
@@ -87,6 +129,18 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 		if c.Ceilings.Timeout > 0 && c.Ceilings.Timeout < defaultTimeout {
 			c.Defaults.Timeout = c.Ceilings.Timeout
 		}
+	}
+	if err := c.Sessions.withDefaults(); err != nil {
+		return c, err
+	}
+	if c.Pool.Size < 0 {
+		return c, fmt.Errorf("config: pool size %d must not be negative", c.Pool.Size)
+	}
+	if c.Pool.MaxSandboxes == 0 {
+		c.Pool.MaxSandboxes = 64
+	}
+	if c.Pool.MaxSandboxes < 0 {
+		return c, fmt.Errorf("config: max sandboxes %d must be positive", c.Pool.MaxSandboxes)
 	}
 	for _, f := range limitFields(&c.Defaults, &c.Ceilings) {
 		if *f.req < 0 || *f.ceil < 0 {
@@ -152,4 +206,53 @@ func fmtLimit(name string, v int64) string {
 		return time.Duration(v).String()
 	}
 	return fmt.Sprint(v)
+}
+
+func (c *SessionConfig) withDefaults() error {
+	def := func(v *time.Duration, d time.Duration, name string) error {
+		if *v == 0 {
+			*v = d
+		}
+		if *v < 0 {
+			return fmt.Errorf("config: sessions %s %s must not be negative", name, *v)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		v    *time.Duration
+		d    time.Duration
+		name string
+	}{
+		{&c.DefaultTTL, time.Hour, "default_ttl"}, {&c.MaxTTL, 24 * time.Hour, "max_ttl"},
+		{&c.DefaultIdle, 10 * time.Minute, "default_idle"}, {&c.ReapInterval, 5 * time.Second, "reap_interval"},
+	} {
+		if err := def(f.v, f.d, f.name); err != nil {
+			return err
+		}
+	}
+	if c.DefaultTTL > c.MaxTTL {
+		return fmt.Errorf("config: sessions default_ttl %s exceeds max_ttl %s", c.DefaultTTL, c.MaxTTL)
+	}
+	if c.MaxPerTenant == 0 {
+		c.MaxPerTenant = 10
+	}
+	if c.MaxFileBytes == 0 {
+		c.MaxFileBytes = 64 << 20
+	}
+	if c.MaxArchiveBytes == 0 {
+		c.MaxArchiveBytes = 256 << 20
+	}
+	if c.MaxArchiveEntries == 0 {
+		c.MaxArchiveEntries = 10000
+	}
+	if c.MaxPerTenant < 0 || c.MaxFileBytes < 0 || c.MaxArchiveBytes < 0 || c.MaxArchiveEntries < 0 {
+		return fmt.Errorf("config: sessions limits must not be negative")
+	}
+	if c.FileUID == 0 {
+		c.FileUID = 65534
+	}
+	if c.FileGID == 0 {
+		c.FileGID = 65534
+	}
+	return nil
 }

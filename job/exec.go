@@ -152,19 +152,33 @@ func (s *Service) execute(ctx context.Context, e *entry, j *Job) (a attempt) {
 		e.tool, e.args = tool, args
 		e.mu.Unlock()
 	}
+	var ls *liveSession
+	if j.SessionID != "" {
+		var a attempt
+		var ok bool
+		if ls, a, ok = s.enterSession(ctx, j); !ok {
+			return a
+		}
+		defer s.touch(ls)
+	}
 	switch {
 	case e.tool.Run != nil:
-		return s.runInProcess(ctx, e.tool, e.args, j)
+		return s.runInProcess(ctx, e.tool, e.args, j, ls)
 	case e.tool.Command != nil:
-		return s.runSandboxed(ctx, e, j)
+		return s.runSandboxed(ctx, e, j, ls)
 	default:
 		return attempt{err: fmt.Errorf("tool %s cannot run", j.Tool)}
 	}
 }
 
-func (s *Service) runInProcess(ctx context.Context, tool *tools.Tool, args map[string]any, j *Job) attempt {
+func (s *Service) runInProcess(ctx context.Context, tool *tools.Tool, args map[string]any, j *Job, ls *liveSession) attempt {
 	env := tools.Env{HTTP: s.cfg.HTTP, ReadOnly: !tool.HasEffect(tools.EffectFileWrite)}
-	if tool.HasEffect(tools.EffectFileRead) || tool.HasEffect(tools.EffectFileWrite) {
+	switch {
+	case ls != nil:
+		if tool.HasEffect(tools.EffectFileRead) || tool.HasEffect(tools.EffectFileWrite) {
+			env.Workspace = ls.dir // the session's: files persist between its jobs
+		}
+	case tool.HasEffect(tools.EffectFileRead) || tool.HasEffect(tools.EffectFileWrite):
 		ws, cleanup, err := s.workspace(j.ID)
 		if err != nil {
 			return attempt{err: err}
@@ -200,7 +214,7 @@ func (s *Service) runInProcess(ctx context.Context, tool *tools.Tool, args map[s
 	return a
 }
 
-func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job) attempt {
+func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSession) attempt {
 	tool := e.tool
 	if s.r == nil {
 		return attempt{err: errors.New("no runner configured for sandboxed tools")}
@@ -209,39 +223,36 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job) attempt {
 	if err != nil { // the tool refused its arguments: nothing ran
 		return attempt{res: tools.Result{OK: false, Error: err.Error()}}
 	}
-	ws, cleanup, err := s.workspace(j.ID)
-	if err != nil {
-		return attempt{err: err}
-	}
-	defer cleanup()
-	spec := runner.SandboxSpec{
-		ID:            j.ID,
-		Workspace:     ws,
-		WorkspaceMode: workspaceMode(tool),
-		Network:       runner.NetworkNone,
-		Limits:        j.Limits,
-		Labels:        map[string]string{"sandboxd.job": j.ID, "sandboxd.tenant": j.Tenant},
-	}
-	if tool.HasEffect(tools.EffectHTTP) {
-		spec.Network = runner.NetworkEgress
-	}
-	sb, err := s.r.Create(ctx, spec)
-	if err != nil {
-		return attempt{err: fmt.Errorf("create sandbox: %w", err)}
-	}
-	s.m.sandboxesAlive.Inc()
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-		defer cancel()
-		if err := sb.Close(cctx); err != nil {
-			s.log.Error("close sandbox", "job", j.ID, "sandbox", sb.ID(), "err", err)
+	var sb runner.Sandbox
+	if ls != nil {
+		sb = ls.sb // the session's: it outlives the job
+	} else {
+		spec := runner.SandboxSpec{
+			ID:            j.ID,
+			WorkspaceMode: workspaceMode(tool),
+			Network:       runner.NetworkNone,
+			Limits:        j.Limits,
+			Labels:        map[string]string{"job": j.ID, "tenant": j.Tenant},
 		}
-		s.m.sandboxesAlive.Dec()
-	}()
+		if tool.HasEffect(tools.EffectHTTP) {
+			spec.Network = runner.NetworkEgress
+		}
+		var release func()
+		sb, release, err = s.oneShotSandbox(ctx, spec)
+		if err != nil {
+			return attempt{err: fmt.Errorf("create sandbox: %w", err)}
+		}
+		defer release()
+	}
 
 	timeout := j.Limits.Timeout
 	if cmd.Timeout > 0 && (timeout == 0 || cmd.Timeout < timeout) {
 		timeout = cmd.Timeout
+	}
+	if ls != nil && tool.Name == "python_repl" {
+		if repl, ok := replOf(sb); ok {
+			return s.runREPL(ctx, e, j, repl, timeout)
+		}
 	}
 	ectx := ctx
 	if timeout > 0 {

@@ -47,14 +47,16 @@ type Job struct {
 	Args           json.RawMessage `json:"args"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	Runner         string          `json:"runner,omitempty"`
-	Limits         runner.Limits   `json:"limits"`
-	State          State           `json:"state"`
-	Reason         string          `json:"reason,omitempty"`
-	Result         *tools.Result   `json:"result,omitempty"`
-	Attempts       int             `json:"attempts"`
-	CreatedAt      time.Time       `json:"created_at"`
-	StartedAt      *time.Time      `json:"started_at,omitempty"`
-	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	// SessionID is the session the job runs in ("" for a one-shot job).
+	SessionID  string        `json:"session_id,omitempty"`
+	Limits     runner.Limits `json:"limits"`
+	State      State         `json:"state"`
+	Reason     string        `json:"reason,omitempty"`
+	Result     *tools.Result `json:"result,omitempty"`
+	Attempts   int           `json:"attempts"`
+	CreatedAt  time.Time     `json:"created_at"`
+	StartedAt  *time.Time    `json:"started_at,omitempty"`
+	FinishedAt *time.Time    `json:"finished_at,omitempty"`
 }
 
 // SubmitRequest is a validated-at-the-edge request to run one tool call.
@@ -66,6 +68,8 @@ type SubmitRequest struct {
 	// Limits may only lower the operator's ceilings; a value above a
 	// ceiling is an error (ErrInvalid).
 	Limits runner.Limits
+	// SessionID, when set, runs the call in that session's sandbox.
+	SessionID string
 }
 
 // ListFilter selects jobs of one tenant, newest first.

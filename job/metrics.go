@@ -29,6 +29,11 @@ type Metrics struct {
 	queueRejected  prometheus.Counter
 	sandboxesAlive prometheus.Gauge
 	inFlight       prometheus.Gauge
+	sessionsActive prometheus.Gauge
+	sessionsClosed *prometheus.CounterVec
+	poolReady      *prometheus.GaugeVec
+	poolHits       prometheus.Counter
+	poolMisses     prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not
@@ -67,9 +72,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sandboxd_jobs_in_flight",
 			Help: "Jobs currently running.",
 		}),
+		sessionsActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandboxd_sessions_active",
+			Help: "Sessions being created or active.",
+		}),
+		sessionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_sessions_closed_total",
+			Help: "Sessions closed, by reason (deleted, expired, idle, lost, shutdown, create_failed).",
+		}, []string{"reason"}),
+		poolReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sandboxd_pool_ready",
+			Help: "Pre-created sandboxes ready in the warm pool, by image (\"default\" for the runner's default).",
+		}, []string{"image"}),
+		poolHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_pool_hits_total",
+			Help: "One-shot jobs of a pooled profile that took a ready sandbox.",
+		}),
+		poolMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_pool_misses_total",
+			Help: "One-shot jobs of a pooled profile that found no ready sandbox and created one.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.duration, m.effects, m.queueDepth, m.queueRejected, m.sandboxesAlive, m.inFlight)
+		reg.MustRegister(m.jobs, m.duration, m.effects, m.queueDepth, m.queueRejected, m.sandboxesAlive, m.inFlight,
+			m.sessionsActive, m.sessionsClosed, m.poolReady, m.poolHits, m.poolMisses)
 	}
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,12 @@ type Service struct {
 	bg        sync.WaitGroup
 
 	avgNanos atomic.Int64 // moving average of job durations (QueueRetryAfter)
+
+	smu      sync.Mutex // guards sessions
+	sessions map[string]*liveSession
+	alive    atomic.Int64 // sandboxes alive: sessions, pooled and in use
+	pool     *pool
+	sbg      sync.WaitGroup // the session reaper
 }
 
 // entry is the in-memory side of a job that is queued, running or recently
@@ -114,7 +121,7 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 		return nil, fmt.Errorf("job.New: work dir: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{
+	s := &Service{
 		cfg: cfg, st: st, reg: reg, r: r, log: cfg.Logger, m: cfg.Metrics,
 		slots:     make(chan struct{}, cfg.QueueSize),
 		queue:     make(chan *entry, cfg.QueueSize),
@@ -122,7 +129,10 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 		runCtx:    ctx,
 		runCancel: cancel,
 		quit:      make(chan struct{}),
-	}, nil
+		sessions:  make(map[string]*liveSession),
+	}
+	s.pool = newPool(s)
+	return s, nil
 }
 
 // Start recovers from the previous process and starts the workers:
@@ -152,6 +162,13 @@ func (s *Service) Start(ctx context.Context) error {
 			return fmt.Errorf("start: reap sandboxes: %w", err)
 		}
 		s.log.Info("reaped sandboxes of a previous process", "count", n)
+	}
+	if err := s.recoverSessions(ctx); err != nil {
+		return err
+	}
+	// Workspaces of pooled sandboxes of a previous process (reaped above).
+	if err := os.RemoveAll(filepath.Join(s.cfg.WorkDir, "pool")); err != nil {
+		s.log.Warn("remove stale pool workspaces", "err", err)
 	}
 	unfinished, err := s.st.ListUnfinished(ctx)
 	if err != nil {
@@ -185,6 +202,8 @@ func (s *Service) Start(ctx context.Context) error {
 	for range s.cfg.Workers {
 		s.bg.Go(s.worker)
 	}
+	s.sbg.Go(s.reapSessions)
+	s.pool.start()
 	s.bg.Go(func() {
 		for _, e := range requeue {
 			select {
@@ -205,6 +224,15 @@ func (s *Service) Start(ctx context.Context) error {
 // queued in the store and run at the next Start. It returns ctx.Err() when
 // jobs had to be cancelled.
 func (s *Service) Shutdown(ctx context.Context) error {
+	err := s.shutdownJobs(ctx)
+	// The workers are done: no job uses a sandbox any more.
+	s.sbg.Wait()
+	s.pool.stop()
+	s.closeAllSessions(SessionReasonShutdown)
+	return err
+}
+
+func (s *Service) shutdownJobs(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true
@@ -290,6 +318,11 @@ func (s *Service) finished(e *entry, j *Job) {
 	}
 	e.events.emit(Event{Type: EventFinished, Time: *j.FinishedAt, Job: j})
 	close(e.done)
+	if j.SessionID != "" {
+		if ls := s.liveSession(j.SessionID); ls != nil {
+			ls.leave(j.ID)
+		}
+	}
 
 	s.emu.Lock()
 	defer s.emu.Unlock()

@@ -111,7 +111,7 @@ func TestSandboxSpec(t *testing.T) {
 			t.Fatalf("%s: no sandbox created", tt.req.Call.Name)
 		}
 		if spec.WorkspaceMode != tt.ws || spec.Network != tt.network || spec.Limits != tt.limits ||
-			spec.Labels["sandboxd.job"] != j.ID || spec.Labels["sandboxd.tenant"] != "acme" || spec.Workspace == "" {
+			spec.Labels["job"] != j.ID || spec.Labels["tenant"] != "acme" || spec.Workspace == "" {
 			t.Errorf("%s: spec %+v, want workspace %s network %s limits %+v", tt.req.Call.Name, spec, tt.ws, tt.network, tt.limits)
 		}
 		if j.Limits != tt.limits {

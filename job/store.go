@@ -26,4 +26,17 @@ type Store interface {
 	List(ctx context.Context, tenant string, f ListFilter) (jobs []*Job, next string, err error)
 	// ListUnfinished returns every queued or running job, oldest first.
 	ListUnfinished(ctx context.Context) ([]*Job, error)
+
+	// CreateSession records a new session; a duplicate ID is ErrConflict.
+	CreateSession(ctx context.Context, s *Session) error
+	// GetSession returns a session by ID, of any tenant, or ErrNotFound.
+	GetSession(ctx context.Context, id string) (*Session, error)
+	// UpdateSession replaces the mutable fields (state, reason,
+	// last_used_at, closed_at); ErrNotFound when there is no such session.
+	UpdateSession(ctx context.Context, s *Session) error
+	// ListSessions returns a tenant's sessions newest first, paginated
+	// like List.
+	ListSessions(ctx context.Context, tenant string, f SessionFilter) (sessions []*Session, next string, err error)
+	// ListOpenSessions returns every creating or active session.
+	ListOpenSessions(ctx context.Context) ([]*Session, error)
 }

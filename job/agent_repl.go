@@ -1,0 +1,38 @@
+package job
+
+import (
+	"context"
+
+	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// agentREPL adapts a sandbox with the in-sandbox agent
+// (runner.AgentSandbox: container backends) to replSandbox. The local
+// runner has no agent, so a session there runs python_repl as the
+// stateless command.
+func agentREPL(sb runner.Sandbox) (replSandbox, bool) {
+	as, ok := sb.(runner.AgentSandbox)
+	if !ok || as.Agent() == nil {
+		return nil, false
+	}
+	return agentClientREPL{as.Agent()}, true
+}
+
+type agentClientREPL struct{ c *agent.Client }
+
+func (a agentClientREPL) REPL(ctx context.Context, req replRequest, onOutput func(string, []byte)) (replResult, error) {
+	r, err := a.c.REPL(ctx, agent.REPLRequest{Code: req.Code, Timeout: req.Timeout, OutputLimit: req.OutputLimit}, onOutput)
+	if err != nil {
+		return replResult{}, err
+	}
+	out := replResult{
+		OK: r.OK, Stdout: r.Stdout, Stderr: r.Stderr, Value: r.Value, Error: r.Error,
+		TimedOut: r.TimedOut, Restarted: r.Restarted, Duration: r.Duration,
+	}
+	for _, art := range r.Artifacts {
+		out.Artifacts = append(out.Artifacts, tools.Artifact{Name: art.Name, MimeType: art.MimeType, Size: int64(len(art.Data)), Data: art.Data})
+	}
+	return out, nil
+}

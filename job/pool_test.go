@@ -1,0 +1,146 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestPoolHitRefillNeverReused(t *testing.T) {
+	t.Parallel()
+	h := newSessHarness(t, nil, job.Config{Pool: job.PoolConfig{Size: 2}})
+	// One key: sh and python_repl share the default profile.
+	eventually(t, "pre-warm", func() bool {
+		return testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")) == 2
+	})
+	dirs := map[string]bool{}
+	for range 3 {
+		j := h.run(t, "acme", "", "sh", `{"cmd":"pwd"}`)
+		if j.State != job.StateSucceeded {
+			t.Fatalf("job: %+v", j.Result)
+		}
+		if dirs[j.Result.Content] {
+			t.Fatalf("workspace %s served two jobs", j.Result.Content)
+		}
+		dirs[j.Result.Content] = true
+		eventually(t, "refill", func() bool {
+			return testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")) == 2
+		})
+	}
+	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_hits_total")); got != 3 {
+		t.Fatalf("hits = %v", got)
+	}
+	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_sandboxes_alive")); got != 2 {
+		t.Fatalf("sandboxes_alive = %v", got)
+	}
+	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")); got != 2 {
+		t.Fatalf("pool_ready = %v", got)
+	}
+	// Non-default limits: a fresh sandbox, not counted as hit or miss.
+	before := h.fr.Created()
+	req := `{"cmd":"true"}`
+	j, _, err := h.svc.Submit(t.Context(), "acme", jobReq("sh", req, runner.Limits{MemoryBytes: 1 << 30}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if j, err = h.svc.Wait(wctx, "acme", j.ID); err != nil || j.State != job.StateSucceeded {
+		t.Fatalf("fresh job: %+v %v", j, err)
+	}
+	if h.fr.Created() != before+1 {
+		t.Fatalf("created %d, want %d", h.fr.Created(), before+1)
+	}
+	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_misses_total")); got != 0 {
+		t.Fatalf("misses = %v", got)
+	}
+	// Shutdown closes the pooled sandboxes.
+	ctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if err := h.svc.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h.fr.Created() != h.fr.Closed() {
+		t.Fatalf("after shutdown: created %d closed %d", h.fr.Created(), h.fr.Closed())
+	}
+}
+
+func TestPoolRespectsCap(t *testing.T) {
+	t.Parallel()
+	h := newSessHarness(t, nil, job.Config{Pool: job.PoolConfig{Size: 3, MaxSandboxes: 2}})
+	eventually(t, "pre-warm", func() bool { return h.fr.Created() == 2 })
+	time.Sleep(50 * time.Millisecond)
+	if h.fr.Created() != 2 {
+		t.Fatalf("created %d past the cap of 2", h.fr.Created())
+	}
+	// A session evicts a pooled sandbox to stay within the cap.
+	if _, err := h.svc.CreateSession(t.Context(), "acme", job.SessionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if alive := h.fr.Created() - h.fr.Closed(); alive != 2 {
+		t.Fatalf("alive = %d", alive)
+	}
+	// The pool is disabled with size 0.
+	h0 := newSessHarness(t, nil, job.Config{})
+	h0.run(t, "acme", "", "sh", `{"cmd":"true"}`)
+	if h0.fr.Created() != 1 || h0.fr.Closed() != 1 {
+		t.Fatalf("no pool: created %d closed %d", h0.fr.Created(), h0.fr.Closed())
+	}
+}
+
+func TestPoolMissAndRefillAfterCap(t *testing.T) {
+	t.Parallel()
+	h := newSessHarness(t, nil, job.Config{Pool: job.PoolConfig{Size: 1, MaxSandboxes: 1}})
+	eventually(t, "pre-warm", func() bool { return h.fr.Created() == 1 })
+	// The session takes the only slot: the pooled sandbox is evicted.
+	s, err := h.svc.CreateSession(t.Context(), "acme", job.SessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.fr.Closed() != 1 {
+		t.Fatalf("pooled sandbox not evicted: closed %d", h.fr.Closed())
+	}
+	// A second session does not fit.
+	if _, err := h.svc.CreateSession(t.Context(), "acme", job.SessionRequest{}); !errors.Is(err, job.ErrSessionLimit) {
+		t.Fatalf("past the cap: %v", err)
+	}
+	// A one-shot job misses and runs in a fresh sandbox anyway.
+	if j := h.run(t, "acme", "", "sh", `{"cmd":"true"}`); j.State != job.StateSucceeded {
+		t.Fatalf("job: %+v", j.Result)
+	}
+	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_misses_total")); got != 1 {
+		t.Fatalf("misses = %v", got)
+	}
+	created := h.fr.Created()
+	// Closing the session makes room: the pool refills.
+	if _, err := h.svc.CloseSession(t.Context(), "acme", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "refill after close", func() bool {
+		return h.fr.Created() == created+1 && testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")) == 1
+	})
+	if j := h.run(t, "acme", "", "sh", `{"cmd":"true"}`); j.State != job.StateSucceeded {
+		t.Fatalf("job: %+v", j.Result)
+	}
+	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_hits_total")); got != 1 {
+		t.Fatalf("hits = %v", got)
+	}
+	eventually(t, "refill after the hit", func() bool { return h.fr.Created()-h.fr.Closed() == 1 })
+}

@@ -1,0 +1,131 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// enterSession waits for the job's turn in its session. ok is false when
+// the job cannot run there; a is then its outcome: the session is closed
+// (failed/tool_error: the model can start another session), the wait for
+// the session's earlier jobs outlasted the job's timeout (failed/timeout),
+// or the job was cancelled meanwhile.
+func (s *Service) enterSession(ctx context.Context, j *Job) (*liveSession, attempt, bool) {
+	ls := s.liveSession(j.SessionID)
+	closed := attempt{res: tools.Result{OK: false,
+		Error: fmt.Sprintf("session %s is closed; create a new session", j.SessionID)}}
+	if ls == nil {
+		return nil, closed, false
+	}
+	err := ls.waitTurn(ctx, j.ID, j.Limits.Timeout)
+	switch {
+	case err == nil:
+		s.touch(ls)
+		return ls, attempt{}, true
+	case errors.Is(err, ErrSessionClosed):
+		return nil, closed, false
+	case errors.Is(err, errTurnTimeout):
+		return nil, attempt{timedOut: true, res: tools.Result{OK: false,
+			Error: fmt.Sprintf("timed out after %s waiting for the earlier jobs of session %s", j.Limits.Timeout, j.SessionID)}}, false
+	default: // cancelled: classify reads the cancel reason
+		return nil, attempt{res: tools.Result{OK: false}}, false
+	}
+}
+
+// replSandbox is a sandbox with a persistent Python REPL (globals survive
+// between calls). A sandbox whose runner implements it runs a session's
+// python_repl calls there; others (the local runner) run the stateless
+// command, so state persists only through files.
+type replSandbox interface {
+	REPL(ctx context.Context, req replRequest, onOutput func(stream string, chunk []byte)) (replResult, error)
+}
+
+type replRequest struct {
+	Code        string
+	Timeout     time.Duration
+	OutputLimit int64
+}
+
+// replResult mirrors the agent's REPL result.
+type replResult struct {
+	OK                  bool
+	Stdout, Stderr      string
+	Value, Error        string
+	Artifacts           []tools.Artifact
+	TimedOut, Restarted bool
+	Duration            time.Duration
+}
+
+// replOf finds the REPL of a sandbox (see agent_repl.go for the agent
+// adapter).
+func replOf(sb runner.Sandbox) (replSandbox, bool) {
+	if r, ok := sb.(replSandbox); ok {
+		return r, true
+	}
+	return agentREPL(sb)
+}
+
+// runREPL runs a python_repl call in the session's REPL. The trailing
+// expression's value is appended to the content, a traceback makes the
+// result not OK, and images the code produced become artifacts.
+func (s *Service) runREPL(ctx context.Context, e *entry, j *Job, repl replSandbox, timeout time.Duration) attempt {
+	code, _ := e.args["code"].(string)
+	limit := j.Limits.OutputBytes
+	if limit <= 0 {
+		limit = defaultStreamBytes
+	}
+	stdout := newEventWriter(e.events, EventStdout, limit)
+	stderr := newEventWriter(e.events, EventStderr, limit)
+	ectx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ectx, cancel = context.WithTimeout(ctx, timeout+execGrace)
+		defer cancel()
+	}
+	start := time.Now()
+	rr, err := repl.REPL(ectx, replRequest{Code: code, Timeout: timeout, OutputLimit: j.Limits.OutputBytes},
+		func(stream string, chunk []byte) {
+			if stream == "stderr" {
+				_, _ = stderr.Write(chunk)
+			} else {
+				_, _ = stdout.Write(chunk)
+			}
+		})
+	wall := time.Since(start)
+	if err != nil {
+		return attempt{ran: true, err: fmt.Errorf("repl in sandbox: %w", err)}
+	}
+	out := rr.Stdout
+	if rr.Value != "" {
+		if out != "" && !strings.HasSuffix(out, "\n") {
+			out += "\n"
+		}
+		out += rr.Value
+	}
+	info := tools.ProcessInfo{Stdout: out, Stderr: rr.Stderr, TimedOut: rr.TimedOut, MemoryLimit: j.Limits.MemoryBytes}
+	res := tools.FromProcess(info, e.tool.Effects, wall)
+	res.Process = nil // no process: the REPL lives on
+	if !rr.OK && !rr.TimedOut {
+		res.OK = false
+		res.Error = rr.Error
+		if res.Error == "" {
+			res.Error = "the code raised an exception"
+		}
+	}
+	if rr.Restarted {
+		res.Content += "\n[the REPL was restarted: earlier variables are gone]"
+	}
+	for _, a := range rr.Artifacts {
+		if a.Size == 0 {
+			a.Size = int64(len(a.Data))
+		}
+		res.Artifacts = append(res.Artifacts, a)
+	}
+	return attempt{res: res, ran: true, timedOut: rr.TimedOut}
+}
