@@ -77,6 +77,9 @@ type server struct {
 //	POST /v1/jobs/{id}/cancel
 //	GET  /v1/jobs/{id}/events                      server-sent events
 //	GET  /v1/tools, /v1/tools/{name} (?format)
+//	POST /v1/sessions, GET /v1/sessions, GET|DELETE /v1/sessions/{id}
+//	PUT|GET /v1/sessions/{id}/files/{path...}
+//	POST|GET /v1/sessions/{id}/archive?path=DIR   (tar, optionally gzip)
 func New(svc JobService, opts Options) http.Handler {
 	opts.setDefaults()
 	s := &server{svc: svc, opts: opts, log: opts.Logger}
@@ -100,6 +103,9 @@ func New(svc JobService, opts Options) http.Handler {
 		r.Use(newAuthenticator(opts.Keys).middleware(s))
 		r.Mount("/jobs", (&jobsResource{s}).Routes())
 		r.Mount("/tools", (&toolsResource{s}).Routes())
+		if ss, ok := svc.(SessionService); ok {
+			r.Mount("/sessions", (&sessionsResource{server: s, ss: ss}).Routes())
+		}
 	})
 	return r
 }

@@ -33,6 +33,7 @@ type submitBody struct {
 	Call           json.RawMessage `json:"call"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Limits         *limitsBody     `json:"limits"`
+	SessionID      string          `json:"session_id"`
 }
 
 // limitsBody are the per-request limits; they may only lower the
@@ -183,6 +184,10 @@ func decodeSubmit(data []byte, headerKey string) (job.SubmitRequest, error) {
 		}
 		req.Limits = l
 	}
+	if len(b.SessionID) > 64 || !printable(b.SessionID) {
+		return req, badRequest("session_id must be printable and at most 64 bytes")
+	}
+	req.SessionID = b.SessionID
 	return req, nil
 }
 

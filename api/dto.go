@@ -18,6 +18,7 @@ type jobView struct {
 	Arguments      json.RawMessage `json:"arguments"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	Runner         string          `json:"runner,omitempty"`
+	SessionID      string          `json:"session_id,omitempty"`
 	Limits         limitsBody      `json:"limits"`
 	State          job.State       `json:"state"`
 	Reason         string          `json:"reason,omitempty"`
@@ -38,7 +39,7 @@ func viewJob(j *job.Job) *jobView {
 	}
 	return &jobView{
 		ID: j.ID, Tenant: j.Tenant, Tool: j.Tool, CallID: j.CallID, Arguments: args,
-		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, Limits: limitsView(j.Limits),
+		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, SessionID: j.SessionID, Limits: limitsView(j.Limits),
 		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 	}

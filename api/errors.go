@@ -25,6 +25,10 @@ const (
 	CodeShuttingDown     = "shutting_down"
 	CodeTimeout          = "timeout"
 	CodeInternal         = "internal"
+	CodeEffectNotAllowed = "effect_not_allowed"
+	CodeSessionLimit     = "session_limit"
+	CodeSessionClosed    = "session_closed"
+	CodeUnsupported      = "unsupported"
 )
 
 // Error is an API error: an HTTP status and the JSON error body. Handlers
@@ -70,8 +74,22 @@ func (s *server) classify(err error) *Error {
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: err.Error()}
 	case errors.Is(err, tools.ErrUnknownTool):
 		return &Error{Status: http.StatusNotFound, Code: CodeUnknownTool, Message: err.Error()}
+	case errors.Is(err, job.ErrSessionNotFound):
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "session not found"}
+	case errors.Is(err, job.ErrFileNotFound):
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: err.Error()}
 	case errors.Is(err, job.ErrNotFound):
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "job not found"}
+	case errors.Is(err, job.ErrEffectNotAllowed):
+		return &Error{Status: http.StatusForbidden, Code: CodeEffectNotAllowed, Message: err.Error()}
+	case errors.Is(err, job.ErrSessionLimit):
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeSessionLimit, Message: err.Error(), RetryAfter: 5}
+	case errors.Is(err, job.ErrSessionClosed):
+		return &Error{Status: http.StatusConflict, Code: CodeSessionClosed, Message: err.Error()}
+	case errors.Is(err, job.ErrUnsupported):
+		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeUnsupported, Message: err.Error()}
+	case errors.Is(err, job.ErrTooLarge):
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Message: err.Error()}
 	case errors.Is(err, job.ErrInvalid):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: err.Error()}
 	case errors.Is(err, job.ErrConflict):

@@ -30,6 +30,7 @@ func openAPIRouter(t *testing.T) routers.Router {
 	t.Helper()
 	specOnce.Do(func() {
 		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
+		openapi3filter.RegisterBodyDecoder("application/x-tar", openapi3filter.FileBodyDecoder)
 		loader := openapi3.NewLoader()
 		doc, err := loader.LoadFromData(OpenAPI)
 		if err != nil {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"io"
 
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
@@ -13,8 +14,10 @@ type JobService interface {
 	// Submit records and enqueues a call. Errors: job.ErrQueueFull,
 	// job.ErrInvalid (wrapped, message names the problem),
 	// tools.ErrUnknownTool (wrapped), *tools.ValidationError,
-	// job.ErrShutdown. With an idempotency key already used by the tenant it
-	// returns the existing job and created=false.
+	// job.ErrShutdown; with a session ID also job.ErrSessionNotFound,
+	// job.ErrSessionClosed and job.ErrEffectNotAllowed. With an idempotency
+	// key already used by the tenant it returns the existing job and
+	// created=false.
 	Submit(ctx context.Context, tenant string, req job.SubmitRequest) (j *job.Job, created bool, err error)
 	// Get returns a tenant's job; another tenant's job is job.ErrNotFound.
 	Get(ctx context.Context, tenant, id string) (*job.Job, error)
@@ -32,4 +35,25 @@ type JobService interface {
 	// QueueRetryAfter estimates when a full queue will have room (for the
 	// Retry-After header).
 	QueueRetryAfter() int
+}
+
+// SessionService is the optional part of the job service that serves
+// /v1/sessions; New mounts those routes only when the JobService
+// implements it. *job.Service does.
+type SessionService interface {
+	// CreateSession errors: job.ErrInvalid, job.ErrSessionLimit,
+	// job.ErrUnsupported (the runner cannot honour the effects), job.ErrShutdown.
+	CreateSession(ctx context.Context, tenant string, req job.SessionRequest) (*job.Session, error)
+	// GetSession: another tenant's session is job.ErrSessionNotFound.
+	GetSession(ctx context.Context, tenant, id string) (*job.Session, error)
+	ListSessions(ctx context.Context, tenant string, f job.SessionFilter) ([]*job.Session, string, error)
+	// CloseSession destroys the sandbox and the workspace; closing a closed
+	// session returns it unchanged.
+	CloseSession(ctx context.Context, tenant, id string) (*job.Session, error)
+	// PutFile, OpenFile, PutArchive and GetArchive move files in and out
+	// of an active session's workspace (job.ErrSessionClosed otherwise).
+	PutFile(ctx context.Context, tenant, id, path string, r io.Reader) (job.FileInfo, error)
+	OpenFile(ctx context.Context, tenant, id, path string) (io.ReadCloser, job.FileInfo, []job.FileInfo, error)
+	PutArchive(ctx context.Context, tenant, id, dir string, r io.Reader) (int, error)
+	GetArchive(ctx context.Context, tenant, id, dir string, w io.Writer) error
 }

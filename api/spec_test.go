@@ -7,6 +7,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -32,6 +33,10 @@ func TestSpecCoversResult(t *testing.T) {
 		{reflect.TypeFor[limitsBody](), doc.Components.Schemas["Limits"].Value},
 		{reflect.TypeFor[eventView](), doc.Components.Schemas["Event"].Value},
 		{reflect.TypeFor[toolView](), doc.Components.Schemas["Tool"].Value},
+		{reflect.TypeFor[sessionView](), doc.Components.Schemas["Session"].Value},
+		{reflect.TypeFor[sessionBody](), doc.Components.Schemas["SessionRequest"].Value},
+		{reflect.TypeFor[job.FileInfo](), doc.Components.Schemas["FileInfo"].Value},
+		{reflect.TypeFor[submitBody](), doc.Components.Schemas["SubmitRequest"].Value},
 	} {
 		for i := 0; i < tc.typ.NumField(); i++ {
 			name, _, _ := strings.Cut(tc.typ.Field(i).Tag.Get("json"), ",")

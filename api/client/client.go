@@ -63,6 +63,8 @@ type SubmitRequest struct {
 	Call           json.RawMessage
 	IdempotencyKey string
 	Limits         runner.Limits
+	// SessionID runs the call in that session.
+	SessionID string
 }
 
 // Submit submits a call. With wait > 0 the server holds the request until
@@ -72,7 +74,7 @@ type SubmitRequest struct {
 func (c *Client) Submit(ctx context.Context, req SubmitRequest, wait time.Duration) (*job.Job, error) {
 	body := wireSubmit{
 		Tool: req.Tool, Arguments: req.Arguments, CallID: req.CallID, Call: req.Call,
-		IdempotencyKey: req.IdempotencyKey,
+		IdempotencyKey: req.IdempotencyKey, SessionID: req.SessionID,
 	}
 	if req.Limits != (runner.Limits{}) {
 		l := fromLimits(req.Limits)

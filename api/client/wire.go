@@ -18,6 +18,7 @@ type wireSubmit struct {
 	Call           json.RawMessage `json:"call,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	Limits         *wireLimits     `json:"limits,omitempty"`
+	SessionID      string          `json:"session_id,omitempty"`
 }
 
 type wireLimits struct {
@@ -54,6 +55,7 @@ type wireJob struct {
 	Arguments      json.RawMessage `json:"arguments"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	Runner         string          `json:"runner,omitempty"`
+	SessionID      string          `json:"session_id,omitempty"`
 	Limits         wireLimits      `json:"limits"`
 	State          job.State       `json:"state"`
 	Reason         string          `json:"reason,omitempty"`
@@ -67,7 +69,7 @@ type wireJob struct {
 func (w *wireJob) job() *job.Job {
 	return &job.Job{
 		ID: w.ID, Tenant: w.Tenant, Tool: w.Tool, CallID: w.CallID, Args: w.Arguments,
-		IdempotencyKey: w.IdempotencyKey, Runner: w.Runner, Limits: w.Limits.limits(),
+		IdempotencyKey: w.IdempotencyKey, Runner: w.Runner, SessionID: w.SessionID, Limits: w.Limits.limits(),
 		State: w.State, Reason: w.Reason, Result: w.Result, Attempts: w.Attempts,
 		CreatedAt: w.CreatedAt, StartedAt: w.StartedAt, FinishedAt: w.FinishedAt,
 	}
@@ -76,7 +78,7 @@ func (w *wireJob) job() *job.Job {
 func toWire(j *job.Job) wireJob {
 	return wireJob{
 		ID: j.ID, Tenant: j.Tenant, Tool: j.Tool, CallID: j.CallID, Arguments: j.Args,
-		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, Limits: fromLimits(j.Limits),
+		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, SessionID: j.SessionID, Limits: fromLimits(j.Limits),
 		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 	}

@@ -1,0 +1,254 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// sessionsResource serves /v1/sessions.
+type sessionsResource struct {
+	*server
+	ss SessionService
+}
+
+func (rs *sessionsResource) Routes() chi.Router {
+	r := chi.NewRouter()
+	r.Post("/", rs.create)
+	r.Get("/", rs.list)
+	r.Route("/{id}", func(r chi.Router) {
+		r.Get("/", rs.get)
+		r.Delete("/", rs.remove)
+		r.Put("/files/*", rs.putFile)
+		r.Get("/files/*", rs.getFile)
+		r.Get("/files", rs.getFile)
+		r.Post("/archive", rs.putArchive)
+		r.Get("/archive", rs.getArchive)
+	})
+	return r
+}
+
+// sessionBody is the JSON body of POST /v1/sessions.
+type sessionBody struct {
+	Image              string         `json:"image"`
+	Effects            []tools.Effect `json:"effects"`
+	Limits             *limitsBody    `json:"limits"`
+	TTLSeconds         int64          `json:"ttl_seconds"`
+	IdleTimeoutSeconds int64          `json:"idle_timeout_seconds"`
+}
+
+// sessionView is a session as the API shows it.
+type sessionView struct {
+	ID                 string           `json:"id"`
+	Tenant             string           `json:"tenant"`
+	Image              string           `json:"image"`
+	Effects            []tools.Effect   `json:"effects"`
+	Limits             limitsBody       `json:"limits"`
+	State              job.SessionState `json:"state"`
+	Reason             string           `json:"reason"`
+	TTLSeconds         int64            `json:"ttl_seconds"`
+	IdleTimeoutSeconds int64            `json:"idle_timeout_seconds"`
+	CreatedAt          time.Time        `json:"created_at"`
+	ExpiresAt          time.Time        `json:"expires_at"`
+	LastUsedAt         time.Time        `json:"last_used_at"`
+	ClosedAt           *time.Time       `json:"closed_at,omitempty"`
+}
+
+func viewSession(s *job.Session) *sessionView {
+	eff := s.Effects
+	if eff == nil {
+		eff = []tools.Effect{}
+	}
+	return &sessionView{
+		ID: s.ID, Tenant: s.Tenant, Image: s.Image, Effects: eff, Limits: limitsView(s.Limits),
+		State: s.State, Reason: s.Reason,
+		TTLSeconds: int64(s.TTL / time.Second), IdleTimeoutSeconds: int64(s.IdleTimeout / time.Second),
+		CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, LastUsedAt: s.LastUsedAt, ClosedAt: s.ClosedAt,
+	}
+}
+
+type sessionList struct {
+	Sessions   []*sessionView `json:"sessions"`
+	NextCursor string         `json:"next_cursor"`
+}
+
+const maxSessionSeconds = int64(100 * 365 * 24 * 3600)
+
+func (rs *sessionsResource) create(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rs.opts.MaxBodyBytes))
+	if err != nil {
+		rs.writeBodyError(w, r, err)
+		return
+	}
+	var b sessionBody
+	if len(body) > 0 {
+		if err := decodeStrict(body, &b); err != nil {
+			rs.writeError(w, r, err)
+			return
+		}
+	}
+	if b.TTLSeconds < 0 || b.IdleTimeoutSeconds < 0 || b.TTLSeconds > maxSessionSeconds || b.IdleTimeoutSeconds > maxSessionSeconds {
+		rs.writeError(w, r, badRequest("ttl_seconds and idle_timeout_seconds must be between 0 and 100 years"))
+		return
+	}
+	if len(b.Image) > 1024 || !printable(b.Image) {
+		rs.writeError(w, r, badRequest("image must be printable and at most 1024 bytes"))
+		return
+	}
+	req := job.SessionRequest{
+		Image: b.Image, Effects: b.Effects,
+		TTL:         time.Duration(b.TTLSeconds) * time.Second,
+		IdleTimeout: time.Duration(b.IdleTimeoutSeconds) * time.Second,
+	}
+	if b.Limits != nil {
+		if req.Limits, err = b.Limits.toRunner(); err != nil {
+			rs.writeError(w, r, err)
+			return
+		}
+	}
+	s, err := rs.ss.CreateSession(r.Context(), tenantFrom(r.Context()), req)
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/sessions/"+url.PathEscape(s.ID))
+	writeJSON(w, http.StatusCreated, viewSession(s))
+}
+
+func (rs *sessionsResource) writeBodyError(w http.ResponseWriter, r *http.Request, err error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		rs.writeError(w, r, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge,
+			Message: fmt.Sprintf("the request body exceeds %d bytes", tooLarge.Limit)})
+		return
+	}
+	rs.writeError(w, r, badRequest("reading the request body: "+err.Error()))
+}
+
+func (rs *sessionsResource) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := job.SessionFilter{State: job.SessionState(q.Get("state")), Cursor: q.Get("cursor")}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 500 {
+			rs.writeError(w, r, badRequest(fmt.Sprintf("limit %q must be an integer from 1 to 500", s)))
+			return
+		}
+		f.Limit = n
+	}
+	list, next, err := rs.ss.ListSessions(r.Context(), tenantFrom(r.Context()), f)
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	out := sessionList{Sessions: make([]*sessionView, 0, len(list)), NextCursor: next}
+	for _, s := range list {
+		out.Sessions = append(out.Sessions, viewSession(s))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (rs *sessionsResource) get(w http.ResponseWriter, r *http.Request) {
+	s, err := rs.ss.GetSession(r.Context(), tenantFrom(r.Context()), chi.URLParam(r, "id"))
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewSession(s))
+}
+
+func (rs *sessionsResource) remove(w http.ResponseWriter, r *http.Request) {
+	s, err := rs.ss.CloseSession(r.Context(), tenantFrom(r.Context()), chi.URLParam(r, "id"))
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewSession(s))
+}
+
+// putFile: the raw body is the file's content (size-limited by the job
+// service's configuration: 413 past it).
+func (rs *sessionsResource) putFile(w http.ResponseWriter, r *http.Request) {
+	info, err := rs.ss.PutFile(r.Context(), tenantFrom(r.Context()), chi.URLParam(r, "id"), chi.URLParam(r, "*"), r.Body)
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// getFile: a file's raw bytes, or a directory's JSON listing.
+func (rs *sessionsResource) getFile(w http.ResponseWriter, r *http.Request) {
+	rc, info, list, err := rs.ss.OpenFile(r.Context(), tenantFrom(r.Context()), chi.URLParam(r, "id"), chi.URLParam(r, "*"))
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	if rc == nil {
+		if list == nil {
+			list = []job.FileInfo{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"path": info.Name, "entries": list})
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.FormatInt(info.Size, 10))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, io.LimitReader(rc, info.Size))
+}
+
+func (rs *sessionsResource) putArchive(w http.ResponseWriter, r *http.Request) {
+	n, err := rs.ss.PutArchive(r.Context(), tenantFrom(r.Context()), chi.URLParam(r, "id"), r.URL.Query().Get("path"), r.Body)
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"entries": n})
+}
+
+// getArchive streams a tar. Errors found before the first byte get a JSON
+// error; the service checks the session and directory before writing.
+func (rs *sessionsResource) getArchive(w http.ResponseWriter, r *http.Request) {
+	tenant, id, dir := tenantFrom(r.Context()), chi.URLParam(r, "id"), r.URL.Query().Get("path")
+	lw := &lazyWriter{w: w}
+	if err := rs.ss.GetArchive(r.Context(), tenant, id, dir, lw); err != nil {
+		if !lw.started {
+			rs.writeError(w, r, err)
+			return
+		}
+		logger(r.Context(), rs.log).Warn("archive stream failed", "session", id, "err", err)
+		return
+	}
+	lw.start()
+}
+
+// lazyWriter sends the tar headers with the first byte, so an error before
+// it can still be a JSON error.
+type lazyWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (l *lazyWriter) start() {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", "application/x-tar")
+		l.w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	l.start()
+	return l.w.Write(p)
+}
