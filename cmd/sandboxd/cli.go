@@ -55,12 +55,17 @@ const usage = `sandboxd runs the tool calls of LLM agents in sandboxes.
 Usage:
   sandboxd serve [--addr HOST:PORT] [--data-dir DIR] [--config FILE] [--log-level LEVEL]
   sandboxd run TOOL [--json '{...}'] [--code C] [--command C] [--expression E] [--path P]
-                    [--arg KEY=VALUE]... [--wait DURATION] [--output text|json]
+                    [--arg KEY=VALUE]... [--wait DURATION] [--output text|json] [--session ID]
   sandboxd tools [--format openai|anthropic|mcp|json]
+  sandboxd session create [--image I] [--effects exec,file_read,file_write] [--ttl 1h] [--idle 10m]
+  sandboxd session list
+  sandboxd session rm ID
+  sandboxd files put --session ID LOCAL [REMOTE]     (a directory is sent as a tar)
+  sandboxd files get --session ID REMOTE [LOCAL]     (a directory arrives as a tar, unpacked)
   sandboxd version
   sandboxd help [COMMAND]
 
-Client commands (run, tools) talk to the server at --url (default
+Client commands (run, tools, session, files) talk to the server at --url (default
 $SANDBOXD_URL, else http://127.0.0.1:8080) with --api-key (default
 $SANDBOXD_API_KEY).
 
@@ -94,6 +99,10 @@ func cli(ctx context.Context, args []string, e env) int {
 		return cmdRun(ctx, rest, e)
 	case "tools":
 		return cmdTools(ctx, rest, e)
+	case "session", "sessions":
+		return cmdSession(ctx, rest, e)
+	case "files":
+		return cmdFiles(ctx, rest, e)
 	case "version", "--version", "-version":
 		fmt.Fprintln(e.stdout, "sandboxd", versionString())
 		return exitOK

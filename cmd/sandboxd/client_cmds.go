@@ -95,6 +95,7 @@ func cmdRun(ctx context.Context, args []string, e env) int {
 	fs.Var(&kvs, "arg", "KEY=VALUE tool argument (VALUE is JSON if it parses, else a string); repeatable")
 	wait := fs.Duration("wait", 10*time.Minute, "how long to wait for the result (0: no limit)")
 	output := fs.String("output", "text", "text (the tool's content) or json (the whole job)")
+	session := fs.String("session", "", "run in this session (see sandboxd session create)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: sandboxd run TOOL [flags]\n\nRuns one tool call, waits for it and prints its content.\nExit status: 0 ok, 1 the tool failed, 2 usage error, 3 server unreachable or error.\n\nFlags:")
 		fs.PrintDefaults()
@@ -153,7 +154,7 @@ func cmdRun(ctx context.Context, args []string, e env) int {
 		return min(time.Until(deadline), 5*time.Minute)
 	}
 	c := cf.client()
-	j, err := c.Submit(ctx, client.SubmitRequest{Tool: pos[0], Arguments: argJSON}, max(left(), time.Millisecond))
+	j, err := c.Submit(ctx, client.SubmitRequest{Tool: pos[0], Arguments: argJSON, SessionID: *session}, max(left(), time.Millisecond))
 	if err != nil {
 		return reportError(e, cf.url, err)
 	}

@@ -25,12 +25,56 @@ type Config struct {
 	API             APIConfig         `yaml:"api"`
 	Tenants         []TenantConfig    `yaml:"tenants"`
 	HTTPRequest     HTTPRequestConfig `yaml:"http_request"`
+	Sessions        SessionsConfig    `yaml:"sessions"`
+	Pool            PoolConfig        `yaml:"pool"`
+}
+
+// SessionsConfig configures sessions (persistent sandboxes).
+type SessionsConfig struct {
+	// MaxPerTenant bounds a tenant's open sessions (429 past it).
+	MaxPerTenant int `yaml:"max_per_tenant"`
+	// DefaultTTL is a session's lifetime when the request gives none;
+	// MaxTTL caps what a request may ask.
+	DefaultTTL Duration `yaml:"default_ttl"`
+	MaxTTL     Duration `yaml:"max_ttl"`
+	// DefaultIdle closes a session unused that long (request default).
+	DefaultIdle Duration `yaml:"default_idle"`
+	// ReapInterval is how often expired and idle sessions are closed.
+	ReapInterval Duration `yaml:"reap_interval"`
+	// MaxFileBytes caps one uploaded file; MaxArchiveBytes an uploaded
+	// archive (as sent and unpacked); MaxArchiveEntries its entries.
+	MaxFileBytes      int64 `yaml:"max_file_bytes"`
+	MaxArchiveBytes   int64 `yaml:"max_archive_bytes"`
+	MaxArchiveEntries int   `yaml:"max_archive_entries"`
+}
+
+// PoolConfig configures the warm sandbox pool of one-shot jobs.
+type PoolConfig struct {
+	// Size is the ready sandboxes kept per pooled profile; 0 disables.
+	Size int `yaml:"size"`
+	// MaxSandboxes caps the sandboxes alive (sessions, pooled, in use).
+	MaxSandboxes int `yaml:"max_sandboxes"`
 }
 
 // RunnerConfig selects and configures the sandbox backend.
 type RunnerConfig struct {
-	Name  string            `yaml:"name"`
-	Local LocalRunnerConfig `yaml:"local"`
+	Name   string             `yaml:"name"`
+	Local  LocalRunnerConfig  `yaml:"local"`
+	Docker DockerRunnerConfig `yaml:"docker"`
+}
+
+// DockerRunnerConfig configures the Docker runner (runner.name: docker).
+type DockerRunnerConfig struct {
+	// Host is the Docker daemon address (default DOCKER_HOST, else the
+	// local socket).
+	Host string `yaml:"host"`
+	// Image is the default sandbox image (default sandboxd/python:latest).
+	Image string `yaml:"image"`
+	// AgentPath is the static sandbox-agent binary mounted into every
+	// sandbox. Required.
+	AgentPath string `yaml:"agent_path"`
+	// Runtime is the OCI runtime ("" the daemon's default; runsc for gVisor).
+	Runtime string `yaml:"runtime"`
 }
 
 // LocalRunnerConfig configures the local (namespaces + cgroups) runner.
@@ -133,9 +177,15 @@ func defaultConfig() Config {
 		Addr:            defaultAddr,
 		LogLevel:        defaultLogLevel,
 		ShutdownTimeout: Duration(defaultShutdownTimeout),
-		Runner:          RunnerConfig{Name: defaultRunner},
 		Queue:           QueueConfig{Size: defaultQueueSize, Workers: defaultWorkers},
 		API:             APIConfig{MaxBodyBytes: defaultMaxBodyBytes, MaxWait: Duration(defaultMaxWait)},
+		Sessions: SessionsConfig{
+			MaxPerTenant: 10, DefaultTTL: Duration(time.Hour), MaxTTL: Duration(24 * time.Hour),
+			DefaultIdle: Duration(10 * time.Minute), ReapInterval: Duration(5 * time.Second),
+			MaxFileBytes: 64 << 20, MaxArchiveBytes: 256 << 20, MaxArchiveEntries: 10000,
+		},
+		Pool:   PoolConfig{Size: 2, MaxSandboxes: 64},
+		Runner: RunnerConfig{Name: defaultRunner},
 	}
 }
 

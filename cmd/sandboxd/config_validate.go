@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-var knownRunners = []string{"local"}
+var knownRunners = []string{"local", "docker"}
 
 // validate reports every problem, each quoting the bad value.
 func (c *Config) validate() error {
@@ -44,6 +44,9 @@ func (c *Config) validate() error {
 	if r := c.Runner.Local.Rootfs; r != "" && !filepath.IsAbs(r) {
 		bad("runner.local.rootfs %q: must be an absolute path", r)
 	}
+	if c.Runner.Name == "docker" && !filepath.IsAbs(c.Runner.Docker.AgentPath) {
+		bad("runner.docker.agent_path %q: the docker runner needs the absolute path of the sandbox-agent binary", c.Runner.Docker.AgentPath)
+	}
 	c.Limits.Defaults.validate("limits.defaults", bad)
 	c.Limits.Ceilings.validate("limits.ceilings", bad)
 	_, ceilings := c.EffectiveLimits()
@@ -59,6 +62,36 @@ func (c *Config) validate() error {
 	}
 	if c.API.MaxWait <= 0 {
 		bad("api.max_wait %q: must be positive", time.Duration(c.API.MaxWait))
+	}
+	ss := c.Sessions
+	if ss.MaxPerTenant <= 0 {
+		bad("sessions.max_per_tenant %d: must be positive", ss.MaxPerTenant)
+	}
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{{"default_ttl", ss.DefaultTTL}, {"max_ttl", ss.MaxTTL}, {"default_idle", ss.DefaultIdle}, {"reap_interval", ss.ReapInterval}} {
+		if d.v <= 0 {
+			bad("sessions.%s %q: must be positive", d.name, time.Duration(d.v))
+		}
+	}
+	if ss.DefaultTTL > ss.MaxTTL {
+		bad("sessions.default_ttl %q: exceeds sessions.max_ttl %q", time.Duration(ss.DefaultTTL), time.Duration(ss.MaxTTL))
+	}
+	if ss.MaxFileBytes <= 0 {
+		bad("sessions.max_file_bytes %d: must be positive", ss.MaxFileBytes)
+	}
+	if ss.MaxArchiveBytes <= 0 {
+		bad("sessions.max_archive_bytes %d: must be positive", ss.MaxArchiveBytes)
+	}
+	if ss.MaxArchiveEntries <= 0 {
+		bad("sessions.max_archive_entries %d: must be positive", ss.MaxArchiveEntries)
+	}
+	if c.Pool.Size < 0 {
+		bad("pool.size %d: must not be negative (0 disables the pool)", c.Pool.Size)
+	}
+	if c.Pool.MaxSandboxes <= 0 {
+		bad("pool.max_sandboxes %d: must be positive", c.Pool.MaxSandboxes)
 	}
 	if c.HTTPRequest.MaxResponseBytes < 0 {
 		bad("http_request.max_response_bytes %d: must not be negative", c.HTTPRequest.MaxResponseBytes)

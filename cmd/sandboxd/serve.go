@@ -17,13 +17,15 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner"
-	"github.com/sandboxd/sandboxd/runner/local"
 	"github.com/sandboxd/sandboxd/store"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
-var _ api.JobService = (*job.Service)(nil)
+var (
+	_ api.JobService     = (*job.Service)(nil)
+	_ api.SessionService = (*job.Service)(nil)
+)
 
 // longPollGrace is how long Shutdown lets in-flight requests end on their
 // own before the long polls (?wait, SSE) are released.
@@ -48,16 +50,11 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	defaults, ceilings := cfg.EffectiveLimits()
-	r, err := local.New(local.Config{
-		StateDir:  filepath.Join(dataDir, "run"),
-		Rootfs:    cfg.Runner.Local.Rootfs,
-		AllowWeak: cfg.Runner.Local.AllowWeak,
-		Defaults:  defaults.runner(),
-		Logger:    log.With("component", "runner"),
-	})
+	r, closeRunner, err := newRunner(ctx, cfg, defaults.runner(), log.With("component", "runner"))
 	if err != nil {
 		return err
 	}
+	defer closeRunner()
 
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(
@@ -75,8 +72,18 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			Timeout:          time.Duration(cfg.HTTPRequest.Timeout),
 		},
 		RunnerName: cfg.Runner.Name,
-		Logger:     log.With("component", "job"),
-		Metrics:    job.NewMetrics(promReg),
+		Sessions: job.SessionConfig{
+			MaxPerTenant: cfg.Sessions.MaxPerTenant,
+			DefaultTTL:   time.Duration(cfg.Sessions.DefaultTTL), MaxTTL: time.Duration(cfg.Sessions.MaxTTL),
+			DefaultIdle:       time.Duration(cfg.Sessions.DefaultIdle),
+			ReapInterval:      time.Duration(cfg.Sessions.ReapInterval),
+			MaxFileBytes:      cfg.Sessions.MaxFileBytes,
+			MaxArchiveBytes:   cfg.Sessions.MaxArchiveBytes,
+			MaxArchiveEntries: cfg.Sessions.MaxArchiveEntries,
+		},
+		Pool:    job.PoolConfig{Size: cfg.Pool.Size, MaxSandboxes: cfg.Pool.MaxSandboxes},
+		Logger:  log.With("component", "job"),
+		Metrics: job.NewMetrics(promReg),
 	}, st, reg, r)
 	if err != nil {
 		return err

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/docker"
+	"github.com/sandboxd/sandboxd/runner/local"
+)
+
+// newRunner creates the configured sandbox backend. closeRunner releases
+// it; call it after the job service has shut down.
+func newRunner(ctx context.Context, cfg *Config, defaults runner.Limits, log *slog.Logger) (r runner.Runner, closeRunner func(), err error) {
+	switch cfg.Runner.Name {
+	case "docker":
+		d := cfg.Runner.Docker
+		dr, err := docker.New(ctx, docker.Config{
+			Host: d.Host, Image: d.Image, AgentPath: d.AgentPath, Runtime: d.Runtime,
+			Defaults: defaults,
+			Logger:   log,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return dr, func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := dr.Close(cctx); err != nil {
+				log.Warn("close docker runner", "err", err)
+			}
+		}, nil
+	case "local", "":
+		lr, err := local.New(local.Config{
+			StateDir:  filepath.Join(cfg.DataDir, "run"),
+			Rootfs:    cfg.Runner.Local.Rootfs,
+			AllowWeak: cfg.Runner.Local.AllowWeak,
+			Defaults:  defaults,
+			Logger:    log,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return lr, func() {}, nil
+	default:
+		return nil, nil, fmt.Errorf("unknown runner %q", cfg.Runner.Name)
+	}
+}
