@@ -23,7 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/runner/local"
 )
 
-var binPath string
+var binPath, agentPath string
 
 func TestMain(m *testing.M) {
 	local.MaybeHelper()
@@ -36,11 +36,15 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binPath = filepath.Join(dir, "sandboxd")
-	build := exec.Command("go", "build", "-o", binPath, "../cmd/sandboxd")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Println("build sandboxd:", err)
-		os.Exit(1)
+	agentPath = filepath.Join(dir, "sandbox-agent")
+	for _, b := range []struct{ out, pkg string }{{binPath, "../cmd/sandboxd"}, {agentPath, "../cmd/sandbox-agent"}} {
+		build := exec.Command("go", "build", "-o", b.out, b.pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.Stdout, build.Stderr = os.Stdout, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Println("build", b.pkg, err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

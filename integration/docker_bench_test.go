@@ -1,0 +1,104 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// BenchmarkDockerPython compares, side by side in one run:
+//
+//	docker-run:      docker run --rm --network none sandboxd/python python3 -c 'print(1)'
+//	docker-exec:     docker exec into a running container, same command
+//	api-oneshot:     python_repl {"code":"print(1)"} through the HTTP API,
+//	                 Docker runner, a fresh sandbox from the warm pool
+//	api-session:     the same call in a warm session (persistent REPL)
+func BenchmarkDockerPython(b *testing.B) {
+	needDocker(b)
+	py := []string{"python3", "-c", "print(1)"}
+	b.Run("docker-run", func(b *testing.B) {
+		args := append([]string{"run", "--rm", "--network", "none", "sandboxd/python:latest"}, py...)
+		measure(b, func() error { return dockerCLI(args...) })
+	})
+	b.Run("docker-exec", func(b *testing.B) {
+		out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "none", "sandboxd/python:latest", "sleep", "infinity").Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		id := strings.TrimSpace(string(out))
+		defer exec.Command("docker", "rm", "-f", id).Run()
+		args := append([]string{"exec", id}, py...)
+		measure(b, func() error { return dockerCLI(args...) })
+	})
+
+	s := startServer(b, dockerConfig(""))
+	client := &http.Client{}
+	b.Run("api-oneshot", func(b *testing.B) {
+		measure(b, func() error { return apiCall(client, s.URL, "python_repl", map[string]any{"code": "print(1)"}) })
+	})
+	b.Run("api-session", func(b *testing.B) {
+		id, err := createSession(context.Background(), s.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer deleteSession(s.URL, id)
+		measure(b, func() error { return sessionCall(context.Background(), client, s.URL, id, "print(1)") })
+	})
+}
+
+func dockerCLI(args ...string) error {
+	out, err := exec.Command("docker", args...).CombinedOutput()
+	if err == nil && strings.TrimSpace(string(out)) != "1" {
+		err = fmt.Errorf("docker %v: %q", args, out)
+	}
+	return err
+}
+
+func createSession(ctx context.Context, base string) (string, error) {
+	body, _ := json.Marshal(map[string]any{"effects": []string{"exec", "file_read", "file_write"}})
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/sessions", bytes.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var ses struct {
+		ID string `json:"id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ses); err != nil || resp.StatusCode != 201 {
+		return "", fmt.Errorf("create session: status %d, %v", resp.StatusCode, err)
+	}
+	return ses.ID, nil
+}
+
+func deleteSession(base, id string) {
+	req, _ := http.NewRequest("DELETE", base+"/v1/sessions/"+id, nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
+func sessionCall(ctx context.Context, c *http.Client, base, session, code string) error {
+	body, _ := json.Marshal(map[string]any{"tool": "python_repl", "arguments": map[string]any{"code": code}, "session_id": session})
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/jobs?wait=true", bytes.NewReader(body))
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var j jobView
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 || j.Result == nil || !j.Result.OK {
+		return fmt.Errorf("session call: status %d job %+v", resp.StatusCode, j)
+	}
+	return nil
+}
