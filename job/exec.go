@@ -242,7 +242,8 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 		if err != nil {
 			return attempt{err: fmt.Errorf("create sandbox: %w", err)}
 		}
-		defer release()
+		// The job's result does not wait for the sandbox to be destroyed.
+		defer s.releases.Go(release)
 	}
 
 	timeout := j.Limits.Timeout

@@ -100,6 +100,7 @@ func TestPoolRespectsCap(t *testing.T) {
 	// The pool is disabled with size 0.
 	h0 := newSessHarness(t, nil, job.Config{})
 	h0.run(t, "acme", "", "sh", `{"cmd":"true"}`)
+	eventually(t, "the one-shot sandbox closed", func() bool { return h0.fr.Closed() == 1 })
 	if h0.fr.Created() != 1 || h0.fr.Closed() != 1 {
 		t.Fatalf("no pool: created %d closed %d", h0.fr.Created(), h0.fr.Closed())
 	}

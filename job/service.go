@@ -80,6 +80,10 @@ type Service struct {
 	alive    atomic.Int64 // sandboxes alive: sessions, pooled and in use
 	pool     *pool
 	sbg      sync.WaitGroup // the session reaper
+	// releases tracks one-shot sandboxes being closed after their job
+	// finished: closing (docker rm, cgroup removal) is kept off the
+	// job's latency, and Shutdown waits for it.
+	releases sync.WaitGroup
 }
 
 // entry is the in-memory side of a job that is queued, running or recently
@@ -226,6 +230,7 @@ func (s *Service) Start(ctx context.Context) error {
 func (s *Service) Shutdown(ctx context.Context) error {
 	err := s.shutdownJobs(ctx)
 	// The workers are done: no job uses a sandbox any more.
+	s.releases.Wait()
 	s.sbg.Wait()
 	s.pool.stop()
 	s.closeAllSessions(SessionReasonShutdown)

@@ -117,10 +117,13 @@ func TestSandboxSpec(t *testing.T) {
 		if j.Limits != tt.limits {
 			t.Errorf("%s: job limits %+v, want %+v", tt.req.Call.Name, j.Limits, tt.limits)
 		}
-		if _, err := os.Stat(spec.Workspace); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("workspace %s left behind", spec.Workspace)
-		}
+		// The sandbox and its workspace are released after the job ends.
+		eventually(t, "workspace "+spec.Workspace+" removed", func() bool {
+			_, err := os.Stat(spec.Workspace)
+			return errors.Is(err, os.ErrNotExist)
+		})
 	}
+	eventually(t, "sandboxes closed", func() bool { return h.r.aliveCount() == 0 })
 	if n := h.r.aliveCount(); n != 0 {
 		t.Errorf("%d sandboxes alive after the jobs", n)
 	}
