@@ -162,7 +162,10 @@ func BenchmarkAPICalculator200(b *testing.B) {
 }
 
 // measure runs fn b.N times and reports the median and 99th percentile.
-func measure(b *testing.B, fn func() error) {
+func measure(b *testing.B, fn func() error) { measurePaced(b, nil, fn) }
+
+// measurePaced is measure with an untimed step before each call (nil: none).
+func measurePaced(b *testing.B, before func() error, fn func() error) {
 	b.Helper()
 	if err := fn(); err != nil { // warm up, and fail fast
 		b.Fatal(err)
@@ -170,6 +173,13 @@ func measure(b *testing.B, fn func() error) {
 	d := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		if before != nil {
+			b.StopTimer()
+			if err := before(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
 		t0 := time.Now()
 		if err := fn(); err != nil {
 			b.Fatal(err)
