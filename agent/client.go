@@ -105,7 +105,11 @@ func (c *Client) readLoop() {
 		var err error
 		f, buf, err = readFrame(c.conn, buf)
 		if err != nil {
-			c.fail(fmt.Errorf("%w: %v", ErrClosed, err))
+			if errors.Is(err, ErrProtocol) {
+				c.fail(fmt.Errorf("%w: %w", ErrClosed, err))
+			} else {
+				c.fail(fmt.Errorf("%w: %v", ErrClosed, err))
+			}
 			return
 		}
 		if len(buf) > 64<<10 {

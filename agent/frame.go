@@ -3,7 +3,6 @@ package agent
 import (
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 )
@@ -52,10 +51,12 @@ type frame struct {
 }
 
 // ErrFrameTooLarge is returned for a frame whose length exceeds MaxFrameSize.
-var ErrFrameTooLarge = errors.New("agent: frame too large")
+// It is a protocol violation (errors.Is(err, ErrProtocol)).
+var ErrFrameTooLarge = fmt.Errorf("%w: frame too large", ErrProtocol)
 
 // readFrame reads one length-prefixed JSON frame. Any error means the
-// stream is unusable and the connection must be closed.
+// stream is unusable and the connection must be closed; malformed input
+// (as opposed to a closed or broken connection) wraps ErrProtocol.
 func readFrame(r io.Reader, buf []byte) (frame, []byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -66,7 +67,7 @@ func readFrame(r io.Reader, buf []byte) (frame, []byte, error) {
 		return frame{}, buf, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, n)
 	}
 	if n == 0 {
-		return frame{}, buf, errors.New("agent: empty frame")
+		return frame{}, buf, fmt.Errorf("%w: empty frame", ErrProtocol)
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
@@ -80,10 +81,10 @@ func readFrame(r io.Reader, buf []byte) (frame, []byte, error) {
 	}
 	var f frame
 	if err := json.Unmarshal(buf, &f); err != nil {
-		return frame{}, buf, fmt.Errorf("agent: bad frame: %w", err)
+		return frame{}, buf, fmt.Errorf("%w: bad frame: %w", ErrProtocol, err)
 	}
 	if f.Type == "" {
-		return frame{}, buf, errors.New("agent: frame without type")
+		return frame{}, buf, fmt.Errorf("%w: frame without type", ErrProtocol)
 	}
 	return f, buf, nil
 }
