@@ -24,6 +24,7 @@ type dockerAPI interface {
 	ContainerLogs(ctx context.Context, containerID string, options container.LogsOptions) (io.ReadCloser, error)
 	ContainerStatsOneShot(ctx context.Context, containerID string) (container.StatsResponseReader, error)
 	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
+	ContainerKill(ctx context.Context, containerID, signal string) error
 	Close() error
 }
 

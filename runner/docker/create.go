@@ -106,6 +106,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 			spec.ID, runner.ErrUnavailable, err, r.logsTail(ctx, resp.ID))
 	}
 	s.client = cl
+	go s.killOnProtocolError()
 
 	r.mu.Lock()
 	r.live[spec.ID] = s

@@ -380,3 +380,70 @@ func TestOwnerAlive(t *testing.T) {
 		}
 	}
 }
+
+// garbageAgent answers the runner's ping like the real agent, then answers
+// the next request with bytes that are not a frame.
+const garbageAgent = `#!/usr/bin/python3
+import json, os, socket, struct, sys
+path = sys.argv[sys.argv.index("--socket") + 1]
+if os.path.exists(path):
+    os.remove(path)
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+os.chmod(path, 0o666)
+s.listen(1)
+def serve(c):
+    while True:
+        hdr = c.recv(4, socket.MSG_WAITALL)
+        if len(hdr) < 4:
+            return
+        req = json.loads(c.recv(struct.unpack(">I", hdr)[0], socket.MSG_WAITALL))
+        if req["type"] == "ping":
+            body = json.dumps({"id": req["id"], "type": "result"}).encode()
+            c.sendall(struct.pack(">I", len(body)) + body)
+        else:
+            c.sendall(b"\xff\xff\xff\xffnot a frame at all")
+while True:  # stays up whatever the peer does: only the runner may end it
+    c, _ = s.accept()
+    try:
+        serve(c)
+    except Exception as e:
+        print("garbage agent:", e, file=sys.stderr)
+`
+
+// TestGarbageAgentKilled: a sandbox whose agent breaks the protocol fails
+// the call with an error and is killed; the daemon side stays up.
+func TestGarbageAgentKilled(t *testing.T) {
+	needDocker(t)
+	script := filepath.Join(t.TempDir(), "garbage-agent")
+	if err := os.WriteFile(script, []byte(garbageAgent), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := newTestRunner(t, Config{AgentPath: script, ReconcileInterval: -1})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	_, err = sb.Exec(t.Context(), runner.Process{Args: []string{"true"}})
+	if err == nil {
+		t.Fatal("exec against a garbage-speaking agent succeeded")
+	}
+	t.Logf("exec: %v", err)
+	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		insp, err := api.ContainerInspect(t.Context(), sb.(*Sandbox).ContainerID())
+		if err != nil || !insp.State.Running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox of a garbage-speaking agent still runs")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

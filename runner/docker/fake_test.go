@@ -53,6 +53,8 @@ func (f *fakeAPI) ContainerLogs(context.Context, string, container.LogsOptions) 
 func (f *fakeAPI) ContainerStatsOneShot(context.Context, string) (container.StatsResponseReader, error) {
 	return container.StatsResponseReader{}, f.err
 }
+func (f *fakeAPI) ContainerKill(context.Context, string, string) error { return nil }
+
 func (f *fakeAPI) ContainerRemove(_ context.Context, id string, _ container.RemoveOptions) error {
 	f.removed = append(f.removed, id)
 	return nil

@@ -181,6 +181,23 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	return res, nil
 }
 
+// killOnProtocolError kills the container when its agent broke the
+// protocol (garbage frames, oversized frames): a sandbox that speaks garbage
+// is not trusted with another request. The daemon only loses the
+// connection; the sandbox's owner still calls Close.
+func (s *Sandbox) killOnProtocolError() {
+	<-s.client.Done()
+	if !errors.Is(s.client.Err(), agent.ErrProtocol) || s.isClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	s.r.cfg.Logger.Warn("docker runner: agent broke the protocol; killing its sandbox", "sandbox", s.id, "err", s.client.Err())
+	if err := s.r.api.ContainerKill(ctx, s.containerID, "KILL"); err != nil {
+		s.r.cfg.Logger.Warn("docker runner: kill sandbox", "sandbox", s.id, "err", err)
+	}
+}
+
 // endExec kills processes that escaped the agent's session once no Exec
 // runs: nothing an Exec started outlives it, daemons included.
 func (s *Sandbox) endExec() {
