@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -75,6 +76,21 @@ func TestDockerSessionThroughAPI(t *testing.T) {
 	j = call("python_repl", map[string]any{"code": "undefined_name"})
 	if j.Result.OK || !strings.Contains(j.Result.Content+j.Result.Error, "NameError") {
 		t.Fatalf("exception should be a failed result with a traceback: %+v", j.Result)
+	}
+	// A matplotlib figure becomes a PNG artifact (for the program, not the model).
+	j = call("python_repl", map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"})
+	if !j.Result.OK || len(j.Result.Artifacts) != 1 || j.Result.Artifacts[0].MimeType != "image/png" ||
+		!bytes.HasPrefix(j.Result.Artifacts[0].Data, []byte("\x89PNG")) {
+		t.Fatalf("matplotlib figure: ok=%v artifacts=%d content=%q error=%q", j.Result.OK, len(j.Result.Artifacts), j.Result.Content, j.Result.Error)
+	}
+	// A runaway cell is interrupted by its timeout; the session keeps its state.
+	j = call("python_repl", map[string]any{"code": "while True: pass", "timeout_seconds": 1})
+	if j.Result.OK || j.Reason != "timeout" || !strings.Contains(j.Result.Error, "timed out") {
+		t.Fatalf("runaway cell: reason %q result %+v", j.Reason, j.Result)
+	}
+	j = call("python_repl", map[string]any{"code": "int(acc.sum())"})
+	if !j.Result.OK || !strings.Contains(j.Result.Content, "45") {
+		t.Fatalf("state lost after an interrupted cell: %+v", j.Result)
 	}
 	// Files written by one call are read by the next.
 	call("bash", map[string]any{"command": "echo from-bash > note.txt"})

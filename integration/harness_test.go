@@ -181,10 +181,16 @@ type jobView struct {
 	State  string `json:"state"`
 	Reason string `json:"reason"`
 	Result *struct {
-		OK      bool     `json:"ok"`
-		Content string   `json:"content"`
-		Error   string   `json:"error"`
-		Effects []string `json:"effects"`
+		OK        bool     `json:"ok"`
+		Content   string   `json:"content"`
+		Error     string   `json:"error"`
+		Effects   []string `json:"effects"`
+		Artifacts []struct {
+			Name     string `json:"name"`
+			MimeType string `json:"mime_type"`
+			Size     int64  `json:"size"`
+			Data     []byte `json:"data"`
+		} `json:"artifacts"`
 		Process *struct {
 			ExitCode        int    `json:"exit_code"`
 			Signal          string `json:"signal"`
