@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -54,6 +56,9 @@ func loadConfig(fl serveFlags, getenv func(string) string, euid int) (*Config, e
 		}
 		cfg.DataDir = dir
 	}
+	if cfg.Runner.Name == "docker" && cfg.Runner.Docker.AgentPath == "" {
+		cfg.Runner.Docker.AgentPath = findAgent()
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -89,6 +94,7 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 		{"SANDBOXD_LOG_LEVEL", &cfg.LogLevel},
 		{"SANDBOXD_RUNNER", &cfg.Runner.Name},
 		{"SANDBOXD_ROOTFS", &cfg.Runner.Local.Rootfs},
+		{"SANDBOXD_AGENT_PATH", &cfg.Runner.Docker.AgentPath},
 	}
 	for _, s := range strs {
 		if v := getenv(s.name); v != "" {
@@ -173,4 +179,21 @@ func redact(s string) string {
 		return "**"
 	}
 	return s[:2] + strings.Repeat("*", min(len(s)-2, 8))
+}
+
+// findAgent looks for the sandbox-agent binary next to this executable,
+// then on PATH; "" when neither has it (validate then explains).
+func findAgent() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "sandbox-agent")
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("sandbox-agent"); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs
+		}
+	}
+	return ""
 }

@@ -45,7 +45,7 @@ func (c *Config) validate() error {
 		bad("runner.local.rootfs %q: must be an absolute path", r)
 	}
 	if c.Runner.Name == "docker" && !filepath.IsAbs(c.Runner.Docker.AgentPath) {
-		bad("runner.docker.agent_path %q: the docker runner needs the absolute path of the sandbox-agent binary", c.Runner.Docker.AgentPath)
+		bad("runner.docker.agent_path %q: the docker runner needs the absolute path of the static sandbox-agent binary (none next to sandboxd or on PATH; build it with CGO_ENABLED=0 go build -o /usr/local/bin/sandbox-agent ./cmd/sandbox-agent)", c.Runner.Docker.AgentPath)
 	}
 	c.Limits.Defaults.validate("limits.defaults", bad)
 	c.Limits.Ceilings.validate("limits.ceilings", bad)
