@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/job"
@@ -65,44 +64,11 @@ func (s *SQLite) UpdateSession(ctx context.Context, ss *job.Session) error {
 
 // ListSessions implements job.Store.
 func (s *SQLite) ListSessions(ctx context.Context, tenant string, f job.SessionFilter) ([]*job.Session, string, error) {
-	limit := f.Limit
-	switch {
-	case limit <= 0:
-		limit = 50
-	case limit > 500:
-		limit = 500
-	}
-	where := []string{"tenant = ?"}
-	args := []any{tenant}
-	if f.State != "" {
-		where = append(where, "state = ?")
-		args = append(args, string(f.State))
-	}
-	if f.Cursor != "" {
-		ts, id, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return nil, "", fmt.Errorf("list sessions: %w", err)
-		}
-		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
-		args = append(args, ts, ts, id)
-	}
-	args = append(args, limit+1)
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE `+
-		strings.Join(where, " AND ")+` ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
-	if err != nil {
-		return nil, "", fmt.Errorf("list sessions: %w", err)
-	}
-	out, err := scanSessions(rows)
-	if err != nil {
-		return nil, "", fmt.Errorf("list sessions: %w", err)
-	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		last := out[limit-1]
-		next = encodeCursor(last.CreatedAt.UnixNano(), last.ID)
-	}
-	return out, next, nil
+	return listPage(ctx, s.db, page{
+		what: "sessions", table: "sessions", columns: sessionColumns, tenant: tenant,
+		eq:    [][2]string{{"state", string(f.State)}},
+		limit: f.Limit, cursor: f.Cursor,
+	}, scanSessions, func(x *job.Session) (time.Time, string) { return x.CreatedAt, x.ID })
 }
 
 // ListOpenSessions implements job.Store.

@@ -226,48 +226,11 @@ func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
 
 // List implements job.Store.
 func (s *SQLite) List(ctx context.Context, tenant string, f job.ListFilter) ([]*job.Job, string, error) {
-	limit := f.Limit
-	switch {
-	case limit <= 0:
-		limit = 50
-	case limit > 500:
-		limit = 500
-	}
-	where := []string{"tenant = ?"}
-	args := []any{tenant}
-	if f.Tool != "" {
-		where = append(where, "tool = ?")
-		args = append(args, f.Tool)
-	}
-	if f.State != "" {
-		where = append(where, "state = ?")
-		args = append(args, string(f.State))
-	}
-	if f.Cursor != "" {
-		ts, id, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return nil, "", fmt.Errorf("list jobs: %w", err)
-		}
-		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
-		args = append(args, ts, ts, id)
-	}
-	args = append(args, limit+1)
-	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+
-		strings.Join(where, " AND ")+` ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
-	if err != nil {
-		return nil, "", fmt.Errorf("list jobs: %w", err)
-	}
-	jobs, err := scanJobs(rows)
-	if err != nil {
-		return nil, "", fmt.Errorf("list jobs: %w", err)
-	}
-	next := ""
-	if len(jobs) > limit {
-		jobs = jobs[:limit]
-		last := jobs[limit-1]
-		next = encodeCursor(last.CreatedAt.UnixNano(), last.ID)
-	}
-	return jobs, next, nil
+	return listPage(ctx, s.db, page{
+		what: "jobs", table: "jobs", columns: jobColumns, tenant: tenant,
+		eq:    [][2]string{{"tool", f.Tool}, {"state", string(f.State)}},
+		limit: f.Limit, cursor: f.Cursor,
+	}, scanJobs, func(j *job.Job) (time.Time, string) { return j.CreatedAt, j.ID })
 }
 
 // ListUnfinished implements job.Store.
