@@ -126,13 +126,10 @@ func (rs *jobsResource) list(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, badRequest(fmt.Sprintf("state %q is not one of queued, running, succeeded, failed, cancelled", f.State)))
 		return
 	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 500 {
-			rs.writeError(w, r, badRequest(fmt.Sprintf("limit %q must be an integer from 1 to 500", s)))
-			return
-		}
-		f.Limit = n
+	var err error
+	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		rs.writeError(w, r, err)
+		return
 	}
 	jobs, next, err := rs.svc.List(r.Context(), tenantFrom(r.Context()), f)
 	if err != nil {
@@ -181,4 +178,16 @@ func parseWait(s string, max time.Duration) (time.Duration, error) {
 		}
 	}
 	return min(d, max), nil
+}
+
+// parseLimit reads a list's ?limit= (0 when absent: the service default).
+func parseLimit(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 500 {
+		return 0, badRequest(fmt.Sprintf("limit %q must be an integer from 1 to 500", s))
+	}
+	return n, nil
 }

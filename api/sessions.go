@@ -137,13 +137,10 @@ func (rs *sessionsResource) writeBodyError(w http.ResponseWriter, r *http.Reques
 func (rs *sessionsResource) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := job.SessionFilter{State: job.SessionState(q.Get("state")), Cursor: q.Get("cursor")}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 500 {
-			rs.writeError(w, r, badRequest(fmt.Sprintf("limit %q must be an integer from 1 to 500", s)))
-			return
-		}
-		f.Limit = n
+	var err error
+	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		rs.writeError(w, r, err)
+		return
 	}
 	list, next, err := rs.ss.ListSessions(r.Context(), tenantFrom(r.Context()), f)
 	if err != nil {
