@@ -29,8 +29,8 @@ import (
 //	               wrapper, code on stdin), Create + Exec + Close per call
 //	api-python:    python_repl {"code": "print(1)"} through the HTTP API
 //	               (?wait=true): runner-repl plus the job service and HTTP
-//	               (the sandbox comes from the warm pool)
-//	api-python-nopool: the same with the pool disabled
+//	               (the local runner's default: no warm pool)
+//	api-python-pooled: the same with a warm pool of 2
 //
 // Each reports p50-ms and p99-ms besides Go's mean ns/op.
 
@@ -105,8 +105,8 @@ func BenchmarkSpawn(b *testing.B) {
 			return apiCall(client, s.URL, "python_repl", map[string]any{"code": "print(1)"})
 		})
 	})
-	s0 := startServer(b, "pool:\n  size: 0\n")
-	b.Run("api-python-nopool", func(b *testing.B) {
+	s0 := startServer(b, "pool:\n  size: 2\n")
+	b.Run("api-python-pooled", func(b *testing.B) {
 		measure(b, func() error {
 			return apiCall(client, s0.URL, "python_repl", map[string]any{"code": "print(1)"})
 		})

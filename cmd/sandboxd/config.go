@@ -51,7 +51,8 @@ type SessionsConfig struct {
 // PoolConfig configures the warm sandbox pool of one-shot jobs.
 type PoolConfig struct {
 	// Size is the ready sandboxes kept per pooled profile; 0 disables.
-	Size int `yaml:"size"`
+	// Unset (nil) means the runner's default, see EffectivePoolSize.
+	Size *int `yaml:"size"`
 	// MaxSandboxes caps the sandboxes alive (sessions, pooled, in use).
 	MaxSandboxes int `yaml:"max_sandboxes"`
 }
@@ -184,7 +185,7 @@ func defaultConfig() Config {
 			DefaultIdle: Duration(10 * time.Minute), ReapInterval: Duration(5 * time.Second),
 			MaxFileBytes: 64 << 20, MaxArchiveBytes: 256 << 20, MaxArchiveEntries: 10000,
 		},
-		Pool:   PoolConfig{Size: 2, MaxSandboxes: 64},
+		Pool:   PoolConfig{MaxSandboxes: 64},
 		Runner: RunnerConfig{Name: defaultRunner},
 	}
 }
@@ -213,4 +214,19 @@ func (c *Config) APIKeys() map[string]string {
 		}
 	}
 	return keys
+}
+
+// EffectivePoolSize is pool.size, or by default 2 for container runners
+// (creating a container costs ~200 ms) and 0 for the local runner: there a
+// sandbox costs ~2 ms to create, less than a background refill competing
+// with the next job for this machine's cores.
+func (c *Config) EffectivePoolSize() int {
+	switch {
+	case c.Pool.Size != nil:
+		return *c.Pool.Size
+	case c.Runner.Name == "local" || c.Runner.Name == "":
+		return 0
+	default:
+		return 2
+	}
 }

@@ -108,7 +108,7 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 		{"SANDBOXD_WORKERS", func(n int64) { cfg.Queue.Workers = int(n) }},
 		{"SANDBOXD_QUEUE_SIZE", func(n int64) { cfg.Queue.Size = int(n) }},
 		{"SANDBOXD_MAX_BODY_BYTES", func(n int64) { cfg.API.MaxBodyBytes = n }},
-		{"SANDBOXD_POOL_SIZE", func(n int64) { cfg.Pool.Size = int(n) }},
+		{"SANDBOXD_POOL_SIZE", func(n int64) { size := int(n); cfg.Pool.Size = &size }},
 		{"SANDBOXD_MAX_SANDBOXES", func(n int64) { cfg.Pool.MaxSandboxes = int(n) }},
 		{"SANDBOXD_MAX_SESSIONS_PER_TENANT", func(n int64) { cfg.Sessions.MaxPerTenant = int(n) }},
 	}

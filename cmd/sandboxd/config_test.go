@@ -136,8 +136,16 @@ func TestConfigPrecedence(t *testing.T) {
 				return len(k) == 4 && k["key1"] == "tenantA" && k["key3"] == "tenantA" && k["key2"] == "tenantB" &&
 					k["solo"] == defaultTenant && k["kx"] == ""
 			}},
+		{"pool off by default on the local runner", serveFlags{DataDir: "/d"}, nil, 1000,
+			func(c *Config) bool { return c.Pool.Size == nil && c.EffectivePoolSize() == 0 }},
+		{"pool of 2 by default on the docker runner", serveFlags{DataDir: "/d"}, map[string]string{"SANDBOXD_RUNNER": "docker", "SANDBOXD_AGENT_PATH": "/a"}, 1000,
+			func(c *Config) bool { return c.EffectivePoolSize() == 2 }},
+		{"pool size from env", serveFlags{DataDir: "/d"}, map[string]string{"SANDBOXD_POOL_SIZE": "5"}, 1000,
+			func(c *Config) bool { return c.EffectivePoolSize() == 5 }},
 		{"docker runner from env", serveFlags{DataDir: "/d"}, map[string]string{"SANDBOXD_RUNNER": "docker", "SANDBOXD_AGENT_PATH": "/opt/sandbox-agent"}, 1000,
-			func(c *Config) bool { return c.Runner.Name == "docker" && c.Runner.Docker.AgentPath == "/opt/sandbox-agent" }},
+			func(c *Config) bool {
+				return c.Runner.Name == "docker" && c.Runner.Docker.AgentPath == "/opt/sandbox-agent"
+			}},
 		{"keys allow any address", serveFlags{Addr: "0.0.0.0:8080", DataDir: "/d"}, map[string]string{"SANDBOXD_API_KEYS": "k:t"}, 1000,
 			func(c *Config) bool { return c.Addr == "0.0.0.0:8080" }},
 		{"localhost without keys", serveFlags{Addr: "localhost:8080", DataDir: "/d"}, nil, 1000,

@@ -87,8 +87,8 @@ func (c *Config) validate() error {
 	if ss.MaxArchiveEntries <= 0 {
 		bad("sessions.max_archive_entries %d: must be positive", ss.MaxArchiveEntries)
 	}
-	if c.Pool.Size < 0 {
-		bad("pool.size %d: must not be negative (0 disables the pool)", c.Pool.Size)
+	if c.Pool.Size != nil && *c.Pool.Size < 0 {
+		bad("pool.size %d: must not be negative (0 disables the pool)", *c.Pool.Size)
 	}
 	if c.Pool.MaxSandboxes <= 0 {
 		bad("pool.max_sandboxes %d: must be positive", c.Pool.MaxSandboxes)

@@ -81,7 +81,7 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			MaxArchiveBytes:   cfg.Sessions.MaxArchiveBytes,
 			MaxArchiveEntries: cfg.Sessions.MaxArchiveEntries,
 		},
-		Pool:    job.PoolConfig{Size: cfg.Pool.Size, MaxSandboxes: cfg.Pool.MaxSandboxes},
+		Pool:    job.PoolConfig{Size: cfg.EffectivePoolSize(), MaxSandboxes: cfg.Pool.MaxSandboxes},
 		Logger:  log.With("component", "job"),
 		Metrics: job.NewMetrics(promReg),
 	}, st, reg, r)
