@@ -77,11 +77,13 @@ func (s *Service) run(e *entry) {
 	e.mu.Unlock()
 
 	s.m.inFlight.Inc()
-	defer s.m.inFlight.Dec()
 	log := s.log.With("job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
 	log.Debug("job started")
 
 	a := s.execute(ctx, e, started)
+	// Not running any more: lowered before waiters wake, so a client that
+	// saw the job finish never sees it still in flight.
+	s.m.inFlight.Dec()
 
 	e.mu.Lock()
 	state, reason := classify(e.cancelReason, &a)
