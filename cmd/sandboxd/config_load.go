@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -57,7 +56,7 @@ func loadConfig(fl serveFlags, getenv func(string) string, euid int) (*Config, e
 		cfg.DataDir = dir
 	}
 	if cfg.Runner.Name == "docker" && cfg.Runner.Docker.AgentPath == "" {
-		cfg.Runner.Docker.AgentPath = findAgent()
+		cfg.Runner.Docker.AgentPath = findAgent(getenv)
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -182,17 +181,21 @@ func redact(s string) string {
 }
 
 // findAgent looks for the sandbox-agent binary next to this executable,
-// then on PATH; "" when neither has it (validate then explains).
-func findAgent() string {
+// then in the directories of PATH (as getenv reports it); "" when none has
+// it (validate then explains).
+func findAgent(getenv func(string) string) string {
+	var dirs []string
 	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "sandbox-agent")
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p
-		}
+		dirs = append(dirs, filepath.Dir(exe))
 	}
-	if p, err := exec.LookPath("sandbox-agent"); err == nil {
-		if abs, err := filepath.Abs(p); err == nil {
-			return abs
+	dirs = append(dirs, filepath.SplitList(getenv("PATH"))...)
+	for _, d := range dirs {
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		p := filepath.Join(d, "sandbox-agent")
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
 		}
 	}
 	return ""

@@ -239,3 +239,19 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestFindAgentOnPath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	agent := filepath.Join(dir, "sandbox-agent")
+	if err := os.WriteFile(agent, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PATH": "relative/dir:" + dir}
+	if got := findAgent(func(k string) string { return env[k] }); got != agent {
+		t.Fatalf("findAgent = %q, want %q", got, agent)
+	}
+	if got := findAgent(func(string) string { return "" }); got != "" {
+		t.Fatalf("findAgent without PATH = %q", got)
+	}
+}
