@@ -44,7 +44,9 @@ func fileInfo(fi fs.FileInfo) FileInfo {
 // "/a/b.txt") into a name relative to the workspace root ("." for the
 // root). ".." components are ErrInvalid.
 func workspacePath(p string) (string, error) {
-	p = strings.TrimPrefix(p, "/workspace")
+	if p == "/workspace" || strings.HasPrefix(p, "/workspace/") {
+		p = strings.TrimPrefix(p, "/workspace")
+	}
 	p = strings.TrimLeft(p, "/")
 	if strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("%w: NUL in path", ErrInvalid)
