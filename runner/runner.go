@@ -11,6 +11,7 @@ package runner
 import (
 	"context"
 	"io"
+	"net"
 	"time"
 
 	"github.com/sandboxd/sandboxd/agent"
@@ -81,9 +82,30 @@ const (
 	// NetworkNone: an empty network namespace (loopback only) and, where
 	// seccomp is available, inet sockets denied.
 	NetworkNone NetworkMode = "none"
-	// NetworkEgress: network through the runner's egress path.
+	// NetworkEgress: still no route out, but an HTTP proxy listens inside
+	// the sandbox at EgressProxyAddr and carries every connection to
+	// SandboxSpec.Egress on the host, which decides what may pass. Inet
+	// sockets are allowed (seccomp) so the sandbox can reach that proxy.
 	NetworkEgress NetworkMode = "egress"
 )
+
+// EgressProxyAddr is where, inside a NetworkEgress sandbox, the egress proxy
+// listens (the sandbox's own loopback). Callers point HTTP_PROXY and
+// HTTPS_PROXY at "http://"+EgressProxyAddr.
+const EgressProxyAddr = "127.0.0.1:3128"
+
+// EgressSocketPath is where the egress unix socket appears inside container
+// sandboxes (the sandbox agent forwards EgressProxyAddr to it).
+const EgressSocketPath = "/run/sandboxd/egress.sock"
+
+// Egress serves a sandbox's outbound connections. The runner creates a unix
+// listener private to the sandbox (its identity: whoever connects to it is
+// that sandbox), calls Serve in its own goroutine, and closes the listener
+// in Sandbox.Close. Each accepted connection carries the bytes a client in
+// the sandbox sent to EgressProxyAddr, unchanged (HTTP proxy protocol).
+type Egress interface {
+	Serve(l net.Listener) error
+}
 
 // SandboxSpec describes the sandbox to create.
 type SandboxSpec struct {
@@ -97,8 +119,11 @@ type SandboxSpec struct {
 	Workspace     string
 	WorkspaceMode WorkspaceMode
 	Network       NetworkMode
-	Limits        Limits
-	Labels        map[string]string
+	// Egress is required when Network is NetworkEgress and ignored
+	// otherwise.
+	Egress Egress
+	Limits Limits
+	Labels map[string]string
 }
 
 // WorkspaceDir is where the workspace appears inside every sandbox.
