@@ -27,6 +27,10 @@ type jobView struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	StartedAt      *time.Time      `json:"started_at,omitempty"`
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	// Guard is the guard's decision; absent when the tenant has no policy.
+	Guard *guardView `json:"guard,omitempty"`
+	// Egress audits the sandbox's outbound connections (http effect).
+	Egress []job.EgressRecord `json:"egress,omitempty"`
 }
 
 func viewJob(j *job.Job) *jobView {
@@ -42,6 +46,7 @@ func viewJob(j *job.Job) *jobView {
 		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, SessionID: j.SessionID, Limits: limitsView(j.Limits),
 		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
+		Guard: viewGuard(j.Guard), Egress: j.Egress,
 	}
 }
 

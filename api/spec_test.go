@@ -37,6 +37,11 @@ func TestSpecCoversResult(t *testing.T) {
 		{reflect.TypeFor[sessionBody](), doc.Components.Schemas["SessionRequest"].Value},
 		{reflect.TypeFor[job.FileInfo](), doc.Components.Schemas["FileInfo"].Value},
 		{reflect.TypeFor[submitBody](), doc.Components.Schemas["SubmitRequest"].Value},
+		{reflect.TypeFor[guardView](), doc.Components.Schemas["GuardDecision"].Value},
+		{reflect.TypeFor[remainingView](), doc.Components.Schemas["GuardDecision"].Value.Properties["remaining"].Value.Items.Value},
+		{reflect.TypeFor[job.EgressRecord](), doc.Components.Schemas["EgressRecord"].Value},
+		{reflect.TypeFor[job.Approval](), doc.Components.Schemas["Approval"].Value},
+		{reflect.TypeFor[decisionBody](), doc.Components.Schemas["ApprovalDecision"].Value},
 	} {
 		for i := 0; i < tc.typ.NumField(); i++ {
 			name, _, _ := strings.Cut(tc.typ.Field(i).Tag.Get("json"), ",")

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -52,12 +53,6 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 	if s.closed {
 		return nil, false, ErrShutdown
 	}
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		s.m.queueRejected.Inc()
-		return nil, false, ErrQueueFull
-	}
 	runnerName := RunnerInProcess
 	if tool.Run == nil {
 		runnerName = s.cfg.RunnerName
@@ -68,6 +63,21 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 		IdempotencyKey: key, Runner: runnerName, Limits: limits, SessionID: req.SessionID,
 		State: StateQueued, CreatedAt: now,
 	}
+	var d policy.Decision
+	j.Guard, d = s.decide(j, tool, now)
+	switch d.Outcome {
+	case policy.OutcomeDeny:
+		return s.submitRefused(ctx, j, d)
+	case policy.OutcomeConfirm:
+		return s.submitPending(ctx, j, tool, args, d)
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		s.refund(j)
+		s.m.queueRejected.Inc()
+		return nil, false, ErrQueueFull
+	}
 	e := newEntry(j, tool, args, s.cfg.EventHistory)
 	e.mu.Lock() // a Cancel of this ID waits until the record exists
 	s.register(e)
@@ -75,6 +85,7 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 		e.mu.Unlock()
 		s.unregister(j.ID)
 		<-s.slots
+		s.refund(j)
 		if key != "" && errors.Is(err, ErrConflict) { // lost the race for the key
 			if existing, gerr := s.st.GetByIdempotencyKey(ctx, tenant, key); gerr == nil {
 				return existing, false, nil
@@ -109,7 +120,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (*Job, error) {
 // List returns a tenant's jobs newest first; see Store.List.
 func (s *Service) List(ctx context.Context, tenant string, f ListFilter) ([]*Job, string, error) {
 	switch f.State {
-	case "", StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled:
+	case "", StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled, StatePendingApproval:
 	default:
 		return nil, "", fmt.Errorf("%w: unknown state %q", ErrInvalid, f.State)
 	}
@@ -128,6 +139,7 @@ func (s *Service) Cancel(ctx context.Context, tenant, id string) (*Job, error) {
 			return j, err
 		}
 		// Queued but not in this process's queue (after Shutdown).
+		s.refund(j)
 		markCancelled(j)
 		if err := s.st.Update(ctx, j); err != nil {
 			return nil, fmt.Errorf("cancel job %s: %w", id, err)
@@ -141,8 +153,13 @@ func (s *Service) Cancel(ctx context.Context, tenant, id string) (*Job, error) {
 		return nil, fmt.Errorf("cancel job %s: %w", id, ErrNotFound)
 	}
 	switch e.job.State {
+	case StatePendingApproval:
+		e.mu.Unlock()
+		s.cancelPending(ctx, e)
+		return e.snapshot(), nil
 	case StateQueued:
 		j := cloneJob(e.job)
+		s.refund(j)
 		markCancelled(j)
 		if err := s.st.Update(ctx, j); err != nil {
 			e.mu.Unlock()

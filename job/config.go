@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -48,6 +50,34 @@ type Config struct {
 	Sessions SessionConfig
 	// Pool configures the warm sandbox pool of one-shot jobs.
 	Pool PoolConfig
+
+	// Guard decides every call of a tenant that has a policy (see
+	// guard.go); nil: every call is allowed.
+	Guard *policy.Guard
+	// Policies are the tenants' policies: approval timeouts and webhooks.
+	Policies map[string]policy.TenantPolicy
+	// ApprovalSweep is how often approvals past their time are expired.
+	// Default 1s.
+	ApprovalSweep time.Duration
+	// GuardLookback is how far back the guard's spends are restored at
+	// Start. Default: the longest budget window of Policies, and at least
+	// Sessions.MaxTTL (per-session tool limits).
+	GuardLookback time.Duration
+	// WebhookClient delivers approval webhooks. Default: a client with a
+	// 10s timeout. WebhookBackoff is the first retry delay (doubling).
+	// Default 1s.
+	WebhookClient  *http.Client
+	WebhookBackoff time.Duration
+	// Egress gives the sandboxes of tools with the http effect their only
+	// way out; nil: such sandboxes are refused (internal error).
+	Egress EgressProvider
+}
+
+// EgressProvider makes the egress endpoint of one sandbox (package egress
+// implements it, bound to the tenant's allowlist). record receives every
+// decision on the sandbox's connections.
+type EgressProvider interface {
+	For(tenant, session string, record func(EgressRecord)) runner.Egress
 }
 
 // SessionConfig configures sessions. Zero fields take the defaults.
@@ -132,6 +162,23 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 	}
 	if err := c.Sessions.withDefaults(); err != nil {
 		return c, err
+	}
+	if c.ApprovalSweep == 0 {
+		c.ApprovalSweep = time.Second
+	}
+	if c.WebhookClient == nil {
+		c.WebhookClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if c.WebhookBackoff == 0 {
+		c.WebhookBackoff = time.Second
+	}
+	if c.GuardLookback == 0 {
+		c.GuardLookback = c.Sessions.MaxTTL
+		for _, p := range c.Policies {
+			for _, b := range p.Budgets {
+				c.GuardLookback = max(c.GuardLookback, time.Duration(b.Per))
+			}
+		}
 	}
 	if c.Pool.Size < 0 {
 		return c, fmt.Errorf("config: pool size %d must not be negative", c.Pool.Size)

@@ -174,7 +174,7 @@ func (s *Service) execute(ctx context.Context, e *entry, j *Job) (a attempt) {
 }
 
 func (s *Service) runInProcess(ctx context.Context, tool *tools.Tool, args map[string]any, j *Job, ls *liveSession) attempt {
-	env := tools.Env{HTTP: s.cfg.HTTP, ReadOnly: !tool.HasEffect(tools.EffectFileWrite)}
+	env := tools.Env{HTTP: s.httpOptions(j.Tenant), ReadOnly: !tool.HasEffect(tools.EffectFileWrite)}
 	switch {
 	case ls != nil:
 		if tool.HasEffect(tools.EffectFileRead) || tool.HasEffect(tools.EffectFileWrite) {
@@ -229,16 +229,12 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 	if ls != nil {
 		sb = ls.sb // the session's: it outlives the job
 	} else {
-		spec := runner.SandboxSpec{
-			ID:            j.ID,
-			WorkspaceMode: workspaceMode(tool),
-			Network:       runner.NetworkNone,
-			Limits:        j.Limits,
-			Labels:        map[string]string{"job": j.ID, "tenant": j.Tenant},
+		spec, err := s.specFor(j.ID, j.Tenant, "", tool.Effects, func(r EgressRecord) { s.recordEgress(e, r) })
+		if err != nil {
+			return attempt{err: err}
 		}
-		if tool.HasEffect(tools.EffectHTTP) {
-			spec.Network = runner.NetworkEgress
-		}
+		spec.Limits = j.Limits
+		spec.Labels = map[string]string{"job": j.ID, "tenant": j.Tenant}
 		var release func()
 		sb, release, err = s.oneShotSandbox(ctx, spec)
 		if err != nil {
@@ -267,9 +263,13 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 	if streamCap <= 0 {
 		streamCap = defaultStreamBytes
 	}
+	env := cmd.Env
+	if tool.HasEffect(tools.EffectHTTP) {
+		env = append(slices.Clip(env), proxyEnv...)
+	}
 	p := runner.Process{
 		Args:    cmd.Args,
-		Env:     cmd.Env,
+		Env:     env,
 		Dir:     cmd.Dir,
 		Timeout: timeout,
 		Stdout:  newEventWriter(e.events, EventStdout, streamCap),
@@ -288,17 +288,6 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 	res.Usage.CPUMS = pr.Usage.CPU.Milliseconds()
 	res.Usage.PeakMemory = pr.Usage.PeakMemory
 	return attempt{res: res, ran: true, timedOut: pr.TimedOut}
-}
-
-func workspaceMode(t *tools.Tool) runner.WorkspaceMode {
-	switch {
-	case t.HasEffect(tools.EffectFileWrite):
-		return runner.WorkspaceReadWrite
-	case t.HasEffect(tools.EffectFileRead):
-		return runner.WorkspaceReadOnly
-	default:
-		return runner.WorkspaceNone
-	}
 }
 
 // workspace creates WorkDir/<id>; cleanup removes it.

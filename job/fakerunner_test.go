@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -136,4 +139,25 @@ func (s *fakeSandbox) Exec(ctx context.Context, p runner.Process) (runner.Result
 	}
 	res.Duration = time.Since(start)
 	return res, nil
+}
+
+// nopEgress is an egress provider that refuses every connection; it lets
+// tools with the http effect get a sandbox in unit tests.
+type nopEgress struct{ calls atomic.Int64 }
+
+func (n *nopEgress) For(tenant, session string, record func(job.EgressRecord)) runner.Egress {
+	n.calls.Add(1)
+	return nopServe{}
+}
+
+type nopServe struct{}
+
+func (nopServe) Serve(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		c.Close()
+	}
 }

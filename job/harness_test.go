@@ -22,7 +22,7 @@ import (
 var _ api.JobService = (*job.Service)(nil)
 
 // testTools are the tools every harness registers.
-func testTools(t *testing.T, gate chan struct{}) *tools.Registry {
+func testTools(t testing.TB, gate chan struct{}) *tools.Registry {
 	t.Helper()
 	obj := func(props string, required ...string) json.RawMessage {
 		req, _ := json.Marshal(required)
@@ -122,19 +122,34 @@ type option func(*job.Config, *harness)
 
 func notStarted(_ *job.Config, h *harness) { h.start = false }
 
-func newHarness(t *testing.T, opts ...option) *harness {
+// inDir keeps the harness's database in dir (a restart opens it again).
+func inDir(dir string) option { return func(_ *job.Config, h *harness) { h.dir = dir } }
+
+// close shuts the service down and closes the store (before a restart).
+func (h *harness) close(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.svc.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	h.st.Close()
+}
+
+func newHarness(t testing.TB, opts ...option) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	h := &harness{r: &fakeRunner{}, prom: prometheus.NewRegistry(), gate: make(chan struct{}), dir: dir, start: true}
-	st, err := store.Open(filepath.Join(dir, "jobs.db"))
+	cfg := job.Config{Workers: 4, QueueSize: 64, WorkDir: filepath.Join(dir, "work"), Metrics: job.NewMetrics(h.prom),
+		Egress: &nopEgress{}}
+	for _, o := range opts {
+		o(&cfg, h)
+	}
+	st, err := store.Open(filepath.Join(h.dir, "jobs.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.st = st
-	cfg := job.Config{Workers: 4, QueueSize: 64, WorkDir: filepath.Join(dir, "work"), Metrics: job.NewMetrics(h.prom)}
-	for _, o := range opts {
-		o(&cfg, h)
-	}
 	h.svc, err = job.New(cfg, st, testTools(t, h.gate), h.r)
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ const (
 )
 
 // Terminal reports whether no further transition can happen.
+// StatePendingApproval (approval.go) is not terminal.
 func (s State) Terminal() bool {
 	return s == StateSucceeded || s == StateFailed || s == StateCancelled
 }
@@ -57,6 +58,10 @@ type Job struct {
 	CreatedAt  time.Time     `json:"created_at"`
 	StartedAt  *time.Time    `json:"started_at,omitempty"`
 	FinishedAt *time.Time    `json:"finished_at,omitempty"`
+	// Guard is the guard's decision (nil when the tenant has no policy).
+	Guard *GuardRecord `json:"guard,omitempty"`
+	// Egress is the audit of the sandbox's outbound connections.
+	Egress []EgressRecord `json:"egress,omitempty"`
 }
 
 // SubmitRequest is a validated-at-the-edge request to run one tool call.
@@ -86,11 +91,13 @@ type ListFilter struct {
 type EventType string
 
 const (
-	EventQueued   EventType = "queued"
-	EventStarted  EventType = "started"
-	EventStdout   EventType = "stdout"
-	EventStderr   EventType = "stderr"
-	EventFinished EventType = "finished"
+	EventQueued EventType = "queued"
+	// EventPendingApproval: the job waits for a human (see Approval).
+	EventPendingApproval EventType = "pending_approval"
+	EventStarted         EventType = "started"
+	EventStdout          EventType = "stdout"
+	EventStderr          EventType = "stderr"
+	EventFinished        EventType = "finished"
 )
 
 // Event is one step in a job's life.

@@ -17,6 +17,9 @@ const (
 	OutcomeCancelled = "cancelled"
 	OutcomeError     = "error"
 	OutcomeLost      = "lost"
+	// OutcomeRefused: the guard stopped the call (a deny rule, a spent
+	// budget, a usage or rate limit, an approval denied or expired).
+	OutcomeRefused = "refused"
 )
 
 // Metrics are the job service's Prometheus collectors. They are written by
@@ -34,6 +37,10 @@ type Metrics struct {
 	poolReady      *prometheus.GaugeVec
 	poolHits       prometheus.Counter
 	poolMisses     prometheus.Counter
+	webhooks       *prometheus.CounterVec
+	// reg receives collectors made later by the service (pending
+	// approvals); nil: none registered.
+	reg prometheus.Registerer
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not
@@ -93,7 +100,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "One-shot jobs of a pooled profile that found no ready sandbox and created one.",
 		}),
 	}
+	m.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandboxd_approval_webhooks_total",
+		Help: "Approval webhook deliveries by outcome (delivered, failed after retries).",
+	}, []string{"outcome"})
+	m.reg = reg
 	if reg != nil {
+		reg.MustRegister(m.webhooks)
 		reg.MustRegister(m.jobs, m.duration, m.effects, m.queueDepth, m.queueRejected, m.sandboxesAlive, m.inFlight,
 			m.sessionsActive, m.sessionsClosed, m.poolReady, m.poolHits, m.poolMisses)
 	}
@@ -113,6 +126,9 @@ func outcome(j *Job) string {
 		return OutcomeTimeout
 	case j.Reason == ReasonLost:
 		return OutcomeLost
+	case j.Reason == ReasonDenied, j.Reason == ReasonBudgetExhausted, j.Reason == ReasonUsageLimit,
+		j.Reason == ReasonRateLimited, j.Reason == ReasonApprovalDenied, j.Reason == ReasonApprovalExpired:
+		return OutcomeRefused
 	default:
 		return OutcomeError
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -88,7 +89,7 @@ func (p *pool) start() {
 		if t.Command == nil || t.HasEffect(tools.EffectHTTP) {
 			continue
 		}
-		k := poolKey{mode: workspaceMode(t), network: runner.NetworkNone, limits: limits}
+		k := poolKey{mode: policy.Compile(t.Effects).Workspace, network: runner.NetworkNone, limits: limits}
 		if !p.keys[k] {
 			p.keys[k] = true
 			keys = append(keys, k)

@@ -84,6 +84,9 @@ type Service struct {
 	// finished: closing (docker rm, cgroup removal) is kept off the
 	// job's latency, and Shutdown waits for it.
 	releases sync.WaitGroup
+
+	approvals *approvalSet   // pending approvals of this process
+	hooks     sync.WaitGroup // approval webhook deliveries
 }
 
 // entry is the in-memory side of a job that is queued, running or recently
@@ -136,6 +139,17 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 		sessions:  make(map[string]*liveSession),
 	}
 	s.pool = newPool(s)
+	tenants := make([]string, 0, len(cfg.Policies))
+	for t := range cfg.Policies {
+		tenants = append(tenants, t)
+	}
+	slices.Sort(tenants)
+	s.approvals = newApprovalSet(tenants)
+	if cfg.Metrics.reg != nil {
+		if err := cfg.Metrics.reg.Register(s.approvals); err != nil {
+			return nil, fmt.Errorf("job.New: register approval metrics: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -174,9 +188,20 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := os.RemoveAll(filepath.Join(s.cfg.WorkDir, "pool")); err != nil {
 		s.log.Warn("remove stale pool workspaces", "err", err)
 	}
+	if err := s.restoreGuard(ctx); err != nil {
+		return err
+	}
 	unfinished, err := s.st.ListUnfinished(ctx)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
+	}
+	pending, err := s.st.ListPendingApprovals(ctx)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	byJob := make(map[string]*Approval, len(pending))
+	for _, a := range pending {
+		byJob[a.JobID] = a
 	}
 	var requeue []*entry
 	for _, j := range unfinished {
@@ -190,6 +215,19 @@ func (s *Service) Start(ctx context.Context) error {
 			}
 			s.m.jobs.WithLabelValues(j.Tool, j.Runner, OutcomeLost).Inc()
 			s.log.Warn("job lost in a restart", "job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
+		case StatePendingApproval:
+			if s.entry(j.ID) != nil {
+				continue
+			}
+			e := newEntry(j, nil, nil, s.cfg.EventHistory)
+			e.events.emit(Event{Type: EventPendingApproval, Time: j.CreatedAt, Job: cloneJob(j)})
+			s.register(e)
+			a, ok := byJob[j.ID]
+			if !ok { // died between recording the job and its approval
+				s.failPending(e, ReasonInternal, "internal error: the approval request was not recorded")
+				continue
+			}
+			s.approvals.add(a)
 		case StateQueued:
 			if s.entry(j.ID) != nil {
 				continue // submitted to this process before Start
@@ -207,6 +245,7 @@ func (s *Service) Start(ctx context.Context) error {
 		s.bg.Go(s.worker)
 	}
 	s.sbg.Go(s.reapSessions)
+	s.sbg.Go(s.expireApprovals)
 	s.pool.start()
 	s.bg.Go(func() {
 		for _, e := range requeue {
@@ -232,6 +271,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	// The workers are done: no job uses a sandbox any more.
 	s.releases.Wait()
 	s.sbg.Wait()
+	s.hooks.Wait()
 	s.pool.stop()
 	s.closeAllSessions(SessionReasonShutdown)
 	return err
@@ -359,6 +399,13 @@ func cloneJob(j *Job) *Job {
 		t := *j.StartedAt
 		c.StartedAt = &t
 	}
+	if j.Guard != nil {
+		g := *j.Guard
+		g.Remaining = slices.Clone(g.Remaining)
+		g.Spend = slices.Clone(g.Spend)
+		c.Guard = &g
+	}
+	c.Egress = slices.Clone(j.Egress)
 	if j.FinishedAt != nil {
 		t := *j.FinishedAt
 		c.FinishedAt = &t

@@ -261,18 +261,13 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 	if err := os.MkdirAll(ls.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create session workspace: %w", err)
 	}
-	spec := runner.SandboxSpec{
-		ID:            sess.ID,
-		Image:         sess.Image,
-		Workspace:     ls.dir,
-		WorkspaceMode: modeForEffects(sess.Effects),
-		Network:       runner.NetworkNone,
-		Limits:        sess.Limits,
-		Labels:        map[string]string{"session": sess.ID, "tenant": sess.Tenant},
+	spec, err := s.specFor(sess.ID, sess.Tenant, sess.ID, sess.Effects, func(r EgressRecord) { s.recordSessionEgress(ls, r) })
+	if err != nil {
+		_ = os.RemoveAll(ls.dir)
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
-	if slices.Contains(sess.Effects, tools.EffectHTTP) {
-		spec.Network = runner.NetworkEgress
-	}
+	spec.Image, spec.Workspace, spec.Limits = sess.Image, ls.dir, sess.Limits
+	spec.Labels = map[string]string{"session": sess.ID, "tenant": sess.Tenant}
 	sb, err := s.r.Create(ctx, spec)
 	if err != nil {
 		_ = os.RemoveAll(ls.dir)
@@ -301,17 +296,6 @@ func sessionEffects(req []tools.Effect) ([]tools.Effect, error) {
 		}
 	}
 	return out, nil
-}
-
-func modeForEffects(effects []tools.Effect) runner.WorkspaceMode {
-	switch {
-	case slices.Contains(effects, tools.EffectFileWrite):
-		return runner.WorkspaceReadWrite
-	case slices.Contains(effects, tools.EffectFileRead):
-		return runner.WorkspaceReadOnly
-	default:
-		return runner.WorkspaceNone
-	}
 }
 
 // GetSession returns a tenant's session; another tenant's is
@@ -381,6 +365,9 @@ func (s *Service) closeSession(ls *liveSession, reason string) *Session {
 	delete(s.sessions, snap.ID)
 	s.smu.Unlock()
 	s.storeSession(snap)
+	if s.cfg.Guard != nil {
+		s.cfg.Guard.ForgetSession(snap.Tenant, snap.ID)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	if err := sb.Close(ctx); err != nil {

@@ -85,6 +85,9 @@ func newSessHarness(t *testing.T, r runner.Runner, cfg job.Config) *sessHarness 
 	}
 	h.r = r
 	cfg.WorkDir, cfg.Metrics = h.work, job.NewMetrics(h.prom)
+	if cfg.Egress == nil {
+		cfg.Egress = &nopEgress{}
+	}
 	if cfg.Workers == 0 {
 		cfg.Workers = 4
 	}

@@ -1,6 +1,11 @@
 package job
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/sandboxd/sandboxd/policy"
+)
 
 // Store is the durable record of jobs the service consumes. Package store
 // implements it (SQLite); the service never imports a backend.
@@ -24,7 +29,8 @@ type Store interface {
 	// next is the opaque cursor of the following page, "" on the last
 	// page. A malformed cursor is ErrInvalid.
 	List(ctx context.Context, tenant string, f ListFilter) (jobs []*Job, next string, err error)
-	// ListUnfinished returns every queued or running job, oldest first.
+	// ListUnfinished returns every queued, running or pending_approval
+	// job, oldest first.
 	ListUnfinished(ctx context.Context) ([]*Job, error)
 
 	// CreateSession records a new session; a duplicate ID is ErrConflict.
@@ -39,4 +45,21 @@ type Store interface {
 	ListSessions(ctx context.Context, tenant string, f SessionFilter) (sessions []*Session, next string, err error)
 	// ListOpenSessions returns every creating or active session.
 	ListOpenSessions(ctx context.Context) ([]*Session, error)
+
+	// CreateApproval records a new approval; a duplicate ID is ErrConflict.
+	CreateApproval(ctx context.Context, a *Approval) error
+	// GetApproval returns an approval by ID, of any tenant, or ErrNotFound.
+	GetApproval(ctx context.Context, id string) (*Approval, error)
+	// DecideApproval records a pending approval's outcome (state,
+	// decided_at, decision_reason). ErrConflict when it is not pending
+	// any more (decided or expired by someone else first).
+	DecideApproval(ctx context.Context, a *Approval) error
+	// ListApprovals returns a tenant's approvals newest first, paginated
+	// like List.
+	ListApprovals(ctx context.Context, tenant string, f ApprovalFilter) ([]*Approval, string, error)
+	// ListPendingApprovals returns every pending approval, oldest first.
+	ListPendingApprovals(ctx context.Context) ([]*Approval, error)
+	// ListSpends returns the guard's unrefunded spends of jobs created
+	// at or after since (to restore budgets after a restart).
+	ListSpends(ctx context.Context, since time.Time) ([]policy.Spend, error)
 }

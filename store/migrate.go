@@ -57,6 +57,33 @@ var migrations = []string{
 		ON sessions (tenant, created_at DESC, id DESC);
 	CREATE INDEX IF NOT EXISTS sessions_open
 		ON sessions (state) WHERE state IN ('creating', 'active');`,
+	`ALTER TABLE jobs ADD COLUMN guard TEXT;   -- JSON job.GuardRecord, NULL without a policy
+	ALTER TABLE jobs ADD COLUMN egress TEXT;  -- JSON []job.EgressRecord, NULL when none
+	DROP INDEX IF EXISTS jobs_unfinished;
+	CREATE INDEX IF NOT EXISTS jobs_unfinished
+		ON jobs (state, created_at) WHERE state IN ('queued', 'running', 'pending_approval');
+	CREATE INDEX IF NOT EXISTS jobs_guarded
+		ON jobs (created_at) WHERE guard IS NOT NULL;
+	CREATE TABLE IF NOT EXISTS approvals (
+		id              TEXT    PRIMARY KEY,
+		tenant          TEXT    NOT NULL,
+		job_id          TEXT    NOT NULL UNIQUE,
+		session_id      TEXT    NOT NULL DEFAULT '',
+		tool            TEXT    NOT NULL,
+		args            TEXT    NOT NULL DEFAULT 'null',  -- JSON
+		effects         TEXT    NOT NULL DEFAULT '[]',    -- JSON []tools.Effect
+		rule            TEXT    NOT NULL DEFAULT '',
+		reason          TEXT    NOT NULL DEFAULT '',
+		state           TEXT    NOT NULL,
+		created_at      INTEGER NOT NULL,                 -- unix nanoseconds, UTC
+		expires_at      INTEGER NOT NULL,
+		decided_at      INTEGER,
+		decision_reason TEXT    NOT NULL DEFAULT ''
+	);
+	CREATE INDEX IF NOT EXISTS approvals_tenant_created
+		ON approvals (tenant, created_at DESC, id DESC);
+	CREATE INDEX IF NOT EXISTS approvals_pending
+		ON approvals (expires_at) WHERE state = 'pending';`,
 }
 
 // migrate brings the schema to the latest version.

@@ -98,10 +98,11 @@ func Open(path string) (*SQLite, error) {
 		stmt string
 	}{
 		{s.w, &s.insert, `INSERT INTO jobs (` + jobColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{s.w, &s.update, `UPDATE jobs SET
 		tool = ?, call_id = ?, args = ?, idempotency_key = ?, runner = ?, limits = ?,
-		state = ?, reason = ?, result = ?, attempts = ?, started_at = ?, finished_at = ?
+		state = ?, reason = ?, result = ?, attempts = ?, started_at = ?, finished_at = ?,
+		guard = ?, egress = ?
 		WHERE id = ?`},
 		{s.db, &s.get, `SELECT ` + jobColumns + ` FROM jobs WHERE id = ?`},
 	} {
@@ -159,7 +160,8 @@ func (s *SQLite) Close() error {
 }
 
 const jobColumns = `id, tenant, tool, call_id, args, idempotency_key, runner, limits,
-	state, reason, result, attempts, created_at, started_at, finished_at, session_id`
+	state, reason, result, attempts, created_at, started_at, finished_at, session_id,
+	guard, egress`
 
 // Create implements job.Store.
 func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
@@ -169,7 +171,8 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 	}
 	_, err = s.insert.ExecContext(ctx,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
-		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID)
+		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
+		r.guard, r.egress)
 	if isConstraint(err) {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -209,7 +212,7 @@ func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
 	}
 	res, err := s.update.ExecContext(ctx,
 		r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
-		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.id)
+		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.id)
 	if isConstraint(err) {
 		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -236,7 +239,7 @@ func (s *SQLite) List(ctx context.Context, tenant string, f job.ListFilter) ([]*
 // ListUnfinished implements job.Store.
 func (s *SQLite) ListUnfinished(ctx context.Context) ([]*job.Job, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE state IN ('queued', 'running') ORDER BY created_at, id`)
+		WHERE state IN ('queued', 'running', 'pending_approval') ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list unfinished jobs: %w", err)
 	}
@@ -269,6 +272,7 @@ type row struct {
 	createdAt                      int64
 	startedAt, finishedAt          sql.NullInt64
 	sessionID                      string
+	guard, egress                  sql.NullString
 }
 
 func toRow(j *job.Job) (row, error) {
@@ -298,6 +302,20 @@ func toRow(j *job.Job) (row, error) {
 		}
 		r.result = sql.NullString{String: string(b), Valid: true}
 	}
+	if j.Guard != nil {
+		b, err := json.Marshal(j.Guard)
+		if err != nil {
+			return row{}, fmt.Errorf("encode guard: %w", err)
+		}
+		r.guard = sql.NullString{String: string(b), Valid: true}
+	}
+	if len(j.Egress) > 0 {
+		b, err := json.Marshal(j.Egress)
+		if err != nil {
+			return row{}, fmt.Errorf("encode egress: %w", err)
+		}
+		r.egress = sql.NullString{String: string(b), Valid: true}
+	}
 	if j.StartedAt != nil {
 		r.startedAt = sql.NullInt64{Int64: j.StartedAt.UnixNano(), Valid: true}
 	}
@@ -312,7 +330,8 @@ type scanner interface{ Scan(dest ...any) error }
 func scanJob(sc scanner) (*job.Job, error) {
 	var r row
 	err := sc.Scan(&r.id, &r.tenant, &r.tool, &r.callID, &r.args, &r.idemKey, &r.runner, &r.limits,
-		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt, &r.sessionID)
+		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt, &r.sessionID,
+		&r.guard, &r.egress)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, job.ErrNotFound
 	}
@@ -336,6 +355,17 @@ func scanJob(sc scanner) (*job.Job, error) {
 		j.Result = new(tools.Result)
 		if err := json.Unmarshal([]byte(r.result.String), j.Result); err != nil {
 			return nil, fmt.Errorf("decode result of job %s: %w", r.id, err)
+		}
+	}
+	if r.guard.Valid {
+		j.Guard = new(job.GuardRecord)
+		if err := json.Unmarshal([]byte(r.guard.String), j.Guard); err != nil {
+			return nil, fmt.Errorf("decode guard of job %s: %w", r.id, err)
+		}
+	}
+	if r.egress.Valid {
+		if err := json.Unmarshal([]byte(r.egress.String), &j.Egress); err != nil {
+			return nil, fmt.Errorf("decode egress of job %s: %w", r.id, err)
 		}
 	}
 	if r.startedAt.Valid {

@@ -106,6 +106,10 @@ type HTTPOptions struct {
 	// AllowPrivate disables the SSRF guard's address checks. Only tests
 	// that talk to their own loopback servers set it.
 	AllowPrivate bool
+	// Allow, when set, is asked before every request and redirect
+	// (method, host without port, port); an error refuses it with that
+	// message. The job service sets it from the tenant's egress allowlist.
+	Allow func(method, host string, port int) error
 }
 
 // Command is a process a sandboxed tool asks the job service to run.

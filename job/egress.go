@@ -1,0 +1,85 @@
+package job
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sandboxd/sandboxd/policy"
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// errNoEgress: a tool needs the http effect but the service has no egress
+// proxy (Config.Egress).
+var errNoEgress = errors.New("the tool needs the http effect but no egress proxy is configured")
+
+// proxyEnv points HTTP clients inside an egress sandbox at its proxy.
+var proxyEnv = []string{
+	"HTTP_PROXY=http://" + runner.EgressProxyAddr,
+	"HTTPS_PROXY=http://" + runner.EgressProxyAddr,
+	"http_proxy=http://" + runner.EgressProxyAddr,
+	"https_proxy=http://" + runner.EgressProxyAddr,
+}
+
+// specFor compiles effects into a sandbox spec (policy.Compile: the effect
+// → isolation table). record receives the egress decisions of a sandbox
+// with the http effect.
+func (s *Service) specFor(id, tenant, session string, effects []tools.Effect, record func(EgressRecord)) (runner.SandboxSpec, error) {
+	iso := policy.Compile(effects)
+	spec := runner.SandboxSpec{ID: id, WorkspaceMode: iso.Workspace, Network: iso.Network}
+	if iso.Network == runner.NetworkEgress {
+		if s.cfg.Egress == nil {
+			return spec, errNoEgress
+		}
+		spec.Egress = s.cfg.Egress.For(tenant, session, record)
+	}
+	return spec, nil
+}
+
+// httpOptions are the in-process http_request's options for tenant: a
+// tenant with a policy is held to its egress allowlist, like its
+// sandboxes; a tenant without one only to the SSRF guard.
+func (s *Service) httpOptions(tenant string) *tools.HTTPOptions {
+	p, ok := s.cfg.Policies[tenant]
+	if !ok {
+		return s.cfg.HTTP
+	}
+	var o tools.HTTPOptions
+	if s.cfg.HTTP != nil {
+		o = *s.cfg.HTTP
+	}
+	eg := p.Egress
+	o.Allow = func(method, host string, port int) error {
+		if _, ok := eg.Match(method, host, port); !ok {
+			return fmt.Errorf("%s %s:%d is not in the tenant's egress allowlist", method, host, port)
+		}
+		return nil
+	}
+	return &o
+}
+
+// recordEgress appends an egress decision to a job's audit (bounded).
+func (s *Service) recordEgress(e *entry, r EgressRecord) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.job.Egress) < maxEgressRecords {
+		e.job.Egress = append(e.job.Egress, r)
+	}
+}
+
+// recordSessionEgress appends an egress decision to the session's running
+// job (its jobs run one at a time).
+func (s *Service) recordSessionEgress(ls *liveSession, r EgressRecord) {
+	ls.mu.Lock()
+	var id string
+	if len(ls.order) > 0 {
+		id = ls.order[0]
+	}
+	ls.mu.Unlock()
+	if id == "" {
+		return
+	}
+	if e := s.entry(id); e != nil {
+		s.recordEgress(e, r)
+	}
+}

@@ -1,0 +1,144 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// Isolation is what a sandbox for one tool gets, compiled from the tool's
+// effect tags. Every runner honours it or refuses the sandbox (a runner never
+// weakens it); the settings that hold for every sandbox whatever the effects
+// are listed in Always.
+type Isolation struct {
+	// Sandbox is false for tools without the exec effect: they run
+	// in-process and no sandbox is created.
+	Sandbox   bool
+	Workspace runner.WorkspaceMode
+	Network   runner.NetworkMode
+	// AllowInet says whether the seccomp profile lets the sandbox create
+	// AF_INET/AF_INET6 sockets (only to reach the egress proxy: the
+	// sandbox has no route out).
+	AllowInet bool
+}
+
+// Compile maps a tool's effects to its sandbox's isolation. It is the code
+// form of Table.
+func Compile(effects []tools.Effect) Isolation {
+	has := func(e tools.Effect) bool { return slices.Contains(effects, e) }
+	iso := Isolation{
+		Sandbox:   has(tools.EffectExec),
+		Workspace: runner.WorkspaceNone,
+		Network:   runner.NetworkNone,
+	}
+	switch {
+	case has(tools.EffectFileWrite):
+		iso.Workspace = runner.WorkspaceReadWrite
+	case has(tools.EffectFileRead):
+		iso.Workspace = runner.WorkspaceReadOnly
+	}
+	if has(tools.EffectHTTP) {
+		iso.Network = runner.NetworkEgress
+		iso.AllowInet = true
+	}
+	return iso
+}
+
+// Row is one line of the effect → isolation table.
+type Row struct {
+	Effect  tools.Effect
+	Without string // what a sandbox without the effect gets
+	With    string // what the effect adds
+	// Enforced names the mechanism on each runner, in RunnerNames order.
+	Enforced [len(RunnerNames)]string
+}
+
+// RunnerNames are the table's runner columns.
+var RunnerNames = [...]string{"local", "docker", "containerd", "docker/containerd + runsc (gVisor)"}
+
+// Table is the effect → isolation table (DESIGN.md, tightened). Compile is
+// its code; TestTableMatchesCompile keeps the two saying the same thing, and
+// the README carries Markdown() verbatim (checked by a test).
+var Table = []Row{
+	{
+		Effect:  tools.EffectExec,
+		Without: "no sandbox: the tool runs in-process (calculator, http_request)",
+		With:    "a sandbox with memory, pids, CPU, file size, open file and output limits and a wall-clock timeout",
+		Enforced: [...]string{
+			"cgroup v1/v2 + rlimits; own pid, mount, ipc, uts, net namespaces",
+			"container limits (cgroups), pids limit, ulimits",
+			"OCI spec cgroup limits, rlimits",
+			"the same limits on the sandbox's cgroup; syscalls served by gVisor's kernel (Sentry)",
+		},
+	},
+	{
+		Effect:  tools.EffectFileRead,
+		Without: "workspace not mounted",
+		With:    "workspace mounted read-only at /workspace",
+		Enforced: [...]string{
+			"no bind / read-only bind + Landlock",
+			"no mount / read-only bind mount",
+			"no mount / read-only bind mount",
+			"as runc (gofer-mediated bind mount)",
+		},
+	},
+	{
+		Effect:  tools.EffectFileWrite,
+		Without: "workspace read-only (or absent)",
+		With:    "workspace read-write; the root filesystem stays read-only, /tmp is a fresh tmpfs",
+		Enforced: [...]string{
+			"read-write bind; root is a read-only tmpfs view",
+			"read-write bind; ReadonlyRootfs; tmpfs /tmp",
+			"read-write bind; read-only root snapshot mount; tmpfs /tmp",
+			"as runc",
+		},
+	},
+	{
+		Effect:  tools.EffectHTTP,
+		Without: "no network (loopback only) and seccomp refuses AF_INET/AF_INET6 sockets",
+		With:    "still no route out: an HTTP proxy at 127.0.0.1:3128 inside the sandbox carries connections over a per-sandbox unix socket to sandboxd's egress proxy, which enforces the tenant's allowlist (hosts, ports, methods) and refuses loopback, private, link-local, CGNAT and metadata addresses after resolution",
+		Enforced: [...]string{
+			"empty net namespace + seccomp socket filter; helper forwards the proxy",
+			"network none + seccomp socket filter; agent forwards the proxy",
+			"own net namespace (lo only) + seccomp socket filter; agent forwards the proxy",
+			"network namespace as runc; the OCI seccomp profile is not applied by the sandbox itself (gVisor filters its own host syscalls), so socket domains are enforced by the empty network only",
+		},
+	},
+}
+
+// Always lists what every sandbox gets whatever its effects.
+var Always = []string{
+	"no capabilities, no_new_privs, uid 65534",
+	"Docker's default seccomp profile tightened: AF_ALG, AF_VSOCK, AF_PACKET, io_uring, keyctl, bpf, perf_event_open, ptrace, mount, unshare/setns, userfaultfd, kexec and non-native architectures denied",
+	"read-only root filesystem, fresh /tmp, masked /proc paths",
+	"cleared environment, no file descriptors beyond 0-2, no runtime sockets (Docker, containerd, sandboxd's API are unreachable)",
+}
+
+// Markdown renders Table and Always as the README shows them.
+func Markdown() string {
+	var b strings.Builder
+	b.WriteString("| effect | without it | with it |")
+	for _, n := range RunnerNames {
+		fmt.Fprintf(&b, " %s |", n)
+	}
+	b.WriteString("\n|---|---|---|")
+	for range RunnerNames {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, r := range Table {
+		fmt.Fprintf(&b, "| `%s` | %s | %s |", r.Effect, r.Without, r.With)
+		for _, e := range r.Enforced {
+			fmt.Fprintf(&b, " %s |", e)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nEvery sandbox, whatever its effects:\n\n")
+	for _, a := range Always {
+		fmt.Fprintf(&b, "- %s\n", a)
+	}
+	return b.String()
+}
