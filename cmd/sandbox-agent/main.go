@@ -14,6 +14,11 @@
 // the runner creates the host directory 0700 (root) and only bind-mounts
 // it into this one sandbox.
 //
+// With --egress-listen ADDR --egress-socket PATH (NetworkEgress sandboxes)
+// it also listens on TCP ADDR, the sandbox's HTTP proxy address, and
+// forwards every connection byte for byte to the unix socket PATH, where
+// sandboxd's egress proxy decides what passes (agent.ForwardEgress).
+//
 // Once listening, it prints "ready" on stderr.
 package main
 
@@ -46,9 +51,14 @@ func run() error {
 	python := flag.String("python", "/usr/bin/python3", "python interpreter for the REPL")
 	reap := flag.Bool("reap", os.Getpid() == 1, "reap orphaned children (default: when pid 1)")
 	verbose := flag.Bool("v", false, "log to stderr")
+	egressListen := flag.String("egress-listen", "", "TCP address of the sandbox's HTTP proxy (127.0.0.1:3128); needs --egress-socket")
+	egressSocket := flag.String("egress-socket", "", "unix socket of sandboxd's egress proxy that --egress-listen forwards to")
 	flag.Parse()
 	if (*socket == "") == !*stdio {
 		return errors.New("exactly one of --socket or --stdio is required")
+	}
+	if (*egressListen == "") != (*egressSocket == "") {
+		return errors.New("--egress-listen and --egress-socket go together")
 	}
 
 	logger := slog.New(slog.DiscardHandler)
@@ -65,6 +75,24 @@ func run() error {
 		PythonPath: *python,
 		Env:        baseEnv(),
 		Logger:     logger,
+	}
+	if *egressListen != "" {
+		// Before "ready": no sandboxed code runs until the proxy address
+		// is ours (nothing else can take the port).
+		el, err := net.Listen("tcp", *egressListen)
+		if err != nil {
+			return fmt.Errorf("egress proxy listener: %w", err)
+		}
+		// Every process (exec and the REPL) finds the proxy the usual way.
+		proxy := "http://" + el.Addr().String()
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+			opts.Env = append(opts.Env, k+"="+proxy)
+		}
+		go func() {
+			if err := agent.ForwardEgress(ctx, el, *egressSocket, logger); err != nil {
+				fmt.Fprintln(os.Stderr, "sandbox-agent: egress forwarder:", err)
+			}
+		}()
 	}
 	if fi, err := os.Stat(*root); err != nil || !fi.IsDir() {
 		fmt.Fprintf(os.Stderr, "sandbox-agent: root %s is not a directory; file operations disabled\n", *root)

@@ -18,6 +18,13 @@
 // makes the kernel SIGKILL whatever else is left in the namespace (daemons,
 // processes ignoring SIGTERM).
 //
+// NetworkEgress: the helper brings lo up in the Exec's fresh network
+// namespace, listens on runner.EgressProxyAddr there and passes the
+// listening socket to the runner (SCM_RIGHTS) before the command starts; the
+// runner hands the connections of all Execs of a sandbox to
+// SandboxSpec.Egress (egress_linux.go). The seccomp filter then allows inet
+// sockets; the namespace still has no route out.
+//
 // No user namespace is used: the runner must run as root, and the user
 // command runs as an unprivileged uid in the initial user namespace.
 //

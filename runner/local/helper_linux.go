@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -47,6 +48,10 @@ type helperConfig struct {
 	SetHostname  bool              `json:"set_hostname"`
 	DropBounding bool              `json:"drop_bounding"`
 	SetCreds     bool              `json:"set_creds"`
+	// EgressAddr, when set (NetworkEgress), is where the helper listens
+	// in the new network namespace; the socket goes back to the runner on
+	// helperEgressFD (egress_linux.go).
+	EgressAddr string `json:"egress_addr,omitempty"`
 }
 
 // helperStatus is the helper's report; sent as JSON on fd 4.
@@ -98,6 +103,15 @@ func runHelper() (st helperStatus) {
 	}
 	if cfg.Probe {
 		return helperStatus{Started: true}
+	}
+	if cfg.EgressAddr != "" {
+		addr, err := netip.ParseAddrPort(cfg.EgressAddr)
+		if err != nil {
+			return helperStatus{SetupError: "egress address: " + err.Error()}
+		}
+		if err := setupEgressListener(addr); err != nil {
+			return helperStatus{SetupError: "egress: " + err.Error()}
+		}
 	}
 	if err := setupSandbox(&cfg); err != nil {
 		return helperStatus{SetupError: err.Error()}

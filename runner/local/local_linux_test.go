@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,11 +61,8 @@ func TestConformance(t *testing.T) {
 func TestCapabilitiesAndFailClosed(t *testing.T) {
 	r := newTestRunner(t)
 	c := r.Capabilities()
-	if !c.PIDNamespace || !c.NetNamespace || !c.MountNamespace || !c.Cgroups || !c.Seccomp {
+	if !c.PIDNamespace || !c.NetNamespace || !c.MountNamespace || !c.Cgroups || !c.Seccomp || !c.Network {
 		t.Fatalf("capabilities %+v", c)
-	}
-	if c.Network {
-		t.Fatal("Network capability claimed without an egress path")
 	}
 	// A host lacking a feature: Create refuses, naming it.
 	weak := &Runner{cfg: r.cfg, cg: r.cg, caps: r.caps, missing: []string{"seccomp"}, live: map[string]*Sandbox{}}
@@ -73,8 +71,16 @@ func TestCapabilitiesAndFailClosed(t *testing.T) {
 		t.Fatalf("Create on a weak host: %v", err)
 	}
 	_, err = r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress})
+	if !errors.Is(err, runner.ErrInvalidSpec) {
+		t.Fatalf("egress without SandboxSpec.Egress: %v", err)
+	}
+	// Without a network namespace there is no egress (it would be the
+	// host's network).
+	nonet := &Runner{cfg: r.cfg, cg: r.cg, caps: r.caps, live: map[string]*Sandbox{}}
+	nonet.caps.NetNamespace, nonet.caps.Network = false, false
+	_, err = nonet.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress, Egress: refuseEgress{}})
 	if !errors.Is(err, runner.ErrUnsupported) {
-		t.Fatalf("egress: %v", err)
+		t.Fatalf("egress without a network namespace: %v", err)
 	}
 	for _, spec := range []runner.SandboxSpec{
 		{ID: "../x"},
@@ -326,5 +332,18 @@ func TestRelativeCommandAndDir(t *testing.T) {
 		if err != nil || string(res.Stdout) != tc.want {
 			t.Errorf("%q in %q: %q %q %v", tc.p.Args, tc.p.Dir, res.Stdout, res.Stderr, err)
 		}
+	}
+}
+
+// refuseEgress closes every connection.
+type refuseEgress struct{}
+
+func (refuseEgress) Serve(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return nil
+		}
+		c.Close()
 	}
 }

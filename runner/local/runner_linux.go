@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,8 @@ type Runner struct {
 	landlk  bool
 	root    bool // running as uid 0: privileges can be dropped
 	seccomp []unix.SockFilter
+	// seccompInet is seccomp without the inet denial (NetworkEgress).
+	seccompInet []unix.SockFilter
 
 	mu   sync.Mutex
 	live map[string]*Sandbox
@@ -80,6 +83,7 @@ func (r *Runner) probe() {
 	}
 	if r.seccomp = seccompFilter(); r.seccomp != nil {
 		r.caps.Seccomp = true
+		r.seccompInet, _ = seccompProgram(false)
 	} else {
 		r.missing = append(r.missing, "seccomp")
 	}
@@ -87,6 +91,9 @@ func (r *Runner) probe() {
 	// present, not required.
 	r.landlk = landlockABI() > 0
 	r.caps.Landlock = r.landlk
+	// NetworkEgress needs the network namespace (no route out) and, when
+	// seccomp is in use, the filter that allows inet sockets.
+	r.caps.Network = r.caps.NetNamespace && (!r.caps.Seccomp || r.seccompInet != nil)
 }
 
 // probeNamespaces starts the helper once with every namespace flag.
@@ -122,8 +129,8 @@ const cloneFlags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NE
 // Name implements runner.Runner.
 func (r *Runner) Name() string { return "local" }
 
-// Capabilities implements runner.Runner. Network is false: NetworkEgress is
-// not supported yet.
+// Capabilities implements runner.Runner. Network (NetworkEgress) needs the
+// network namespace: see egress_linux.go.
 func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
 
 // owner is the ownership record in StateDir/<id>/owner.json.
@@ -151,7 +158,12 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	switch spec.Network {
 	case "", runner.NetworkNone:
 	case runner.NetworkEgress:
-		return nil, fmt.Errorf("create sandbox: network %q (egress proxy not implemented): %w", spec.Network, runner.ErrUnsupported)
+		if spec.Egress == nil {
+			return nil, fmt.Errorf("create sandbox: network %q needs SandboxSpec.Egress: %w", spec.Network, runner.ErrInvalidSpec)
+		}
+		if !r.caps.Network {
+			return nil, fmt.Errorf("create sandbox: network %q needs a network namespace: %w", spec.Network, runner.ErrUnsupported)
+		}
 	default:
 		return nil, fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
 	}
@@ -251,6 +263,15 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		if err := s.cg.create(limits); err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
+	}
+	if spec.Network == runner.NetworkEgress {
+		s.egress = newFanIn()
+		eg, id, log := spec.Egress, spec.ID, r.cfg.Logger
+		go func() {
+			if err := eg.Serve(s.egress); err != nil && !errors.Is(err, net.ErrClosed) {
+				log.Warn("local runner: egress proxy stopped", "sandbox", id, "err", err)
+			}
+		}()
 	}
 	return s, nil
 }
@@ -365,7 +386,7 @@ func (r *Runner) destroy(dir string, own owner) error {
 
 // startHelper starts the init helper in new namespaces, blocked until its
 // config arrives on the returned writer.
-func startHelper(path string, stdin io.Reader, stdout, stderr io.Writer, flags uintptr) (cmd *exec.Cmd, cfgW, statR *os.File, err error) {
+func startHelper(path string, stdin io.Reader, stdout, stderr io.Writer, flags uintptr, extra ...*os.File) (cmd *exec.Cmd, cfgW, statR *os.File, err error) {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, nil, err
@@ -381,7 +402,7 @@ func startHelper(path string, stdin io.Reader, stdout, stderr io.Writer, flags u
 		Args: []string{helperArg0},
 		// GORACE: race-enabled builds would otherwise sleep 1s at exit.
 		Env:        []string{"GOMAXPROCS=1", "GOTRACEBACK=none", "GORACE=atexit_sleep_ms=0"},
-		ExtraFiles: []*os.File{cfgR, statW},
+		ExtraFiles: append([]*os.File{cfgR, statW}, extra...),
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: flags,
 			Pdeathsig:  syscall.SIGKILL,

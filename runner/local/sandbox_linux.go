@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,7 @@ type Sandbox struct {
 	stateDir string
 	owner    owner
 	cg       *cgroup // nil without cgroups (AllowWeak)
+	egress   *fanIn  // NetworkEgress: every Exec's proxy connections, served by spec.Egress
 
 	mu       sync.Mutex
 	closed   bool
@@ -76,12 +78,34 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 		before = s.cg.counters()
 	}
 
+	var extra []*os.File
+	var egressR *os.File
+	if s.egress != nil {
+		r, w, err := egressPair()
+		if err != nil {
+			stdout.Finish(0)
+			stderr.Finish(0)
+			return runner.Result{}, fmt.Errorf("exec: %w", err)
+		}
+		egressR, extra = r, []*os.File{w}
+	}
 	start := time.Now()
-	cmd, cfgW, statR, err := startHelper(s.r.cfg.HelperPath, p.Stdin, stdout, stderr, s.r.cloneFlags())
+	cmd, cfgW, statR, err := startHelper(s.r.cfg.HelperPath, p.Stdin, stdout, stderr, s.r.cloneFlags(), extra...)
+	for _, f := range extra {
+		f.Close()
+	}
 	if err != nil {
+		if egressR != nil {
+			egressR.Close()
+		}
 		stdout.Finish(0)
 		stderr.Finish(0)
 		return runner.Result{}, fmt.Errorf("exec: %w", err)
+	}
+	if egressR != nil {
+		egressStop := make(chan struct{})
+		defer close(egressStop)
+		go execEgress(egressR, s.egress, egressStop)
 	}
 	// The helper blocks on its config: put it into the cgroup first.
 	if s.cg != nil {
@@ -196,11 +220,19 @@ func (s *Sandbox) helperConfig(p runner.Process) helperConfig {
 		GID:          s.r.cfg.GID,
 		NoFile:       uint64(s.limits.NoFile),
 		FileSize:     uint64(s.limits.FileSize),
-		Seccomp:      s.r.seccomp, // denies inet sockets: NetworkEgress is refused at Create
+		Seccomp:      s.r.seccomp, // denies inet sockets
 		Landlock:     s.r.landlk && caps.MountNamespace,
 		SetHostname:  caps.MountNamespace,
 		DropBounding: s.r.root,
 		SetCreds:     s.r.root,
+	}
+	if s.egress != nil {
+		// Inet sockets so programs reach the proxy on their loopback;
+		// the namespace has no other interface and no route.
+		cfg.EgressAddr = runner.EgressProxyAddr
+		if len(cfg.Seccomp) > 0 {
+			cfg.Seccomp = s.r.seccompInet
+		}
 	}
 	if ws {
 		cfg.Workspace = s.spec.Workspace
@@ -261,6 +293,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	case <-done:
 	case <-wait.C:
 	case <-ctx.Done():
+	}
+	if s.egress != nil {
+		s.egress.Close() // Serve returns and closes its connections
 	}
 	var errs []error
 	if s.cg != nil {

@@ -82,6 +82,8 @@ func Run(t *testing.T, f Factory) {
 		{"NoNetwork", s.testNoNetwork},
 		{"InetSocketDenied", s.testInetSocket},
 		{"EgressRefused", s.testEgressRefused},
+		{"Egress", s.testEgress},
+		{"EgressNeedsEgress", s.testEgressNeedsEgress},
 		{"HostProcessesInvisible", s.testProcesses},
 		{"Unprivileged", s.testUnprivileged},
 		{"SyscallAttacks", s.testSyscallAttacks},
@@ -91,6 +93,7 @@ func Run(t *testing.T, f Factory) {
 		{"IgnoredTermKilled", s.testTrapTerm},
 		{"CloseReapsEverything", s.testClose},
 		{"InvalidProcess", s.testInvalid},
+		{"PolicyRows", s.testPolicyRows},
 	} {
 		t.Run(tc.name, tc.fn)
 	}

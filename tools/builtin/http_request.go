@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -142,6 +143,15 @@ func runHTTPRequest(ctx context.Context, env tools.Env, h *httpHooks, args map[s
 	if !contains(httpMethods, method) {
 		return errResult(start, fmt.Sprintf("method %q is not allowed: use one of %s", method, strings.Join(httpMethods, ", ")))
 	}
+	var allow func(method, host string, port int) error
+	if env.HTTP != nil {
+		allow = env.HTTP.Allow
+	}
+	if allow != nil {
+		if err := allow(method, u.Hostname(), urlPort(u)); err != nil {
+			return errResult(start, "request refused: "+err.Error())
+		}
+	}
 	body := argString(args, "body", "")
 
 	ctx, cancel := context.WithTimeout(ctx, lim.timeout)
@@ -178,7 +188,18 @@ func runHTTPRequest(ctx context.Context, env tools.Env, h *httpHooks, args map[s
 		DisableKeepAlives:      true,
 	}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, CheckRedirect: g.checkRedirect(lim.maxRedirects), Timeout: lim.timeout}
+	checkRedirect := g.checkRedirect(lim.maxRedirects)
+	client := &http.Client{Transport: tr, Timeout: lim.timeout, CheckRedirect: func(r *http.Request, via []*http.Request) error {
+		if err := checkRedirect(r, via); err != nil {
+			return err
+		}
+		if allow != nil {
+			if err := allow(r.Method, r.URL.Hostname(), urlPort(r.URL)); err != nil {
+				return &RefusedError{Host: r.URL.Hostname(), Reason: fmt.Sprintf("redirect to %s: %v", r.URL.Redacted(), err)}
+			}
+		}
+		return nil
+	}}
 
 	resp, err := client.Do(req)
 	if err != nil {
@@ -280,4 +301,15 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// urlPort is u's port, or the scheme's default.
+func urlPort(u *url.URL) int {
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		return p
+	}
+	if u.Scheme == "https" {
+		return 443
+	}
+	return 80
 }

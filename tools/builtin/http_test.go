@@ -321,3 +321,36 @@ func mustURL(t *testing.T, s string) *url.URL {
 	}
 	return u
 }
+
+// Env.HTTP.Allow (the tenant's egress allowlist) is asked before the
+// request and before every redirect.
+func TestHTTPRequestAllowlist(t *testing.T) {
+	t.Parallel()
+	srv, hits := newTestServer(t)
+	tool := httpRequestTool(&httpHooks{})
+	var asked []string
+	opts := &tools.HTTPOptions{AllowPrivate: true, Allow: func(method, host string, port int) error {
+		asked = append(asked, fmt.Sprintf("%s %s:%d", method, host, port))
+		if len(asked) > 1 {
+			return errors.New("not in the allowlist")
+		}
+		return nil
+	}}
+	res, err := tool.Run(t.Context(), tools.Env{HTTP: opts}, map[string]any{"url": srv.URL + "/redirect/1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || !strings.Contains(res.Error, "not in the allowlist") {
+		t.Fatalf("redirect past the allowlist: %+v", res)
+	}
+	u, _ := url.Parse(srv.URL)
+	if len(asked) != 2 || asked[0] != "GET "+u.Host {
+		t.Fatalf("asked %q", asked)
+	}
+	n := hits.Load()
+	opts.Allow = func(string, string, int) error { return errors.New("nothing allowed") }
+	res, _ = tool.Run(t.Context(), tools.Env{HTTP: opts}, map[string]any{"url": srv.URL + "/hello"})
+	if res.OK || !strings.Contains(res.Error, "request refused: nothing allowed") || hits.Load() != n {
+		t.Fatalf("refused request: %+v (server hits %d)", res, hits.Load()-n)
+	}
+}
