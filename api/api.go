@@ -12,6 +12,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandboxd/sandboxd/api/dashboard"
 )
 
 // Defaults for Options.
@@ -72,6 +74,7 @@ type server struct {
 // New returns the HTTP handler of the API. Routes:
 //
 //	GET  /healthz, /metrics, /openapi.yaml        (no auth)
+//	GET  /, /dashboard/*                           built-in dashboard (no auth)
 //	POST /v1/jobs                                  submit (?wait)
 //	GET  /v1/jobs, /v1/jobs/{id} (?wait)           list, get
 //	POST /v1/jobs/{id}/cancel
@@ -96,6 +99,9 @@ func New(svc JobService, opts Options) http.Handler {
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/openapi.yaml", serveOpenAPI)
+	// The built-in dashboard: it reads /metrics and calls /v1 with the key the user pastes.
+	r.Method(http.MethodGet, "/", dashboard.Handler())
+	r.Method(http.MethodGet, dashboard.Prefix+"*", dashboard.Handler())
 	if opts.Gatherer != nil {
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
 	}
@@ -105,6 +111,9 @@ func New(svc JobService, opts Options) http.Handler {
 		r.Mount("/tools", (&toolsResource{s}).Routes())
 		if ss, ok := svc.(SessionService); ok {
 			r.Mount("/sessions", (&sessionsResource{server: s, ss: ss}).Routes())
+		}
+		if as, ok := svc.(ApprovalService); ok {
+			r.Mount("/approvals", (&approvalsResource{server: s, as: as}).Routes())
 		}
 	})
 	return r

@@ -9,6 +9,7 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v setsid >/dev/null 2>&1 || need+=(util-linux)
 command -v ps >/dev/null 2>&1 || need+=(procps)
+[ -x /usr/bin/chromium ] || need+=(chromium) # integration/dashboard_test.go (headless)
 
 if [ "${#need[@]}" -gt 0 ]; then
 	echo "setup: installing ${need[*]}"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds the images of deploy/docker-compose.yml offline, FROM local images
+# only: sandboxd/sandboxd:local (static binaries built here, on top of
+# sandboxd/base:latest) and sandboxd/prometheus:local (Debian's prometheus
+# package on top of sandboxd/debian:bookworm; apt inside docker build
+# reaches the Debian mirror). Run scripts/docker-setup.sh and
+# scripts/build-images.sh first. Grafana is not built: see README.md.
+set -euo pipefail
+cd "$(dirname "$0")"
+export PATH="/usr/local/go/bin:$PATH"
+mkdir -p bin
+CGO_ENABLED=0 go build -trimpath -o bin/sandboxd ../cmd/sandboxd
+CGO_ENABLED=0 go build -trimpath -o bin/sandbox-agent ../cmd/sandbox-agent
+for img in sandboxd/base:latest sandboxd/debian:bookworm; do
+	docker image inspect "$img" >/dev/null 2>&1 || { echo "build.sh: $img missing: run scripts/build-images.sh" >&2; exit 1; }
+done
+docker build -t sandboxd/sandboxd:local -f Dockerfile .
+docker build -t sandboxd/prometheus:local -f prometheus/Dockerfile prometheus

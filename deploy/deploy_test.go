@@ -1,0 +1,341 @@
+// Package deploy holds the Docker Compose deployment of sandboxd with
+// Prometheus and Grafana (see README.md). Its tests check that the files
+// agree with each other and with the metrics sandboxd exports.
+package deploy
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// compose is the part of docker-compose.yml the tests read.
+type compose struct {
+	Name     string                    `yaml:"name"`
+	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"`
+}
+
+type composeService struct {
+	Image string `yaml:"image"`
+	PID   string `yaml:"pid"`
+	Build *struct {
+		Context    string `yaml:"context"`
+		Dockerfile string `yaml:"dockerfile"`
+	} `yaml:"build"`
+	Command     []string          `yaml:"command"`
+	Environment map[string]string `yaml:"environment"`
+	Volumes     []string          `yaml:"volumes"`
+	Ports       []string          `yaml:"ports"`
+	DependsOn   []string          `yaml:"depends_on"`
+}
+
+func loadCompose(t *testing.T) compose {
+	t.Helper()
+	data, err := os.ReadFile("docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c compose
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	if err := dec.Decode(&c); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	return c
+}
+
+// volume is one short-syntax volume: SOURCE:TARGET[:MODE].
+type volume struct{ source, target, mode string }
+
+func parseVolume(t *testing.T, s string) volume {
+	t.Helper()
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		t.Fatalf("volume %q: want SOURCE:TARGET[:MODE]", s)
+	}
+	v := volume{source: parts[0], target: parts[1]}
+	if len(parts) == 3 {
+		v.mode = parts[2]
+	}
+	return v
+}
+
+// mountOf returns the service's volume whose target is target.
+func mountOf(t *testing.T, svc composeService, target string) (volume, bool) {
+	for _, s := range svc.Volumes {
+		if v := parseVolume(t, s); v.target == target {
+			return v, true
+		}
+	}
+	return volume{}, false
+}
+
+func TestComposeFile(t *testing.T) {
+	t.Parallel()
+	c := loadCompose(t)
+	for _, name := range []string{"sandboxd", "prometheus", "grafana"} {
+		if _, ok := c.Services[name]; !ok {
+			t.Fatalf("no service %q", name)
+		}
+	}
+	hostPorts := map[string]string{}
+	for name, svc := range c.Services {
+		if svc.Image == "" && svc.Build == nil {
+			t.Errorf("%s: neither image nor build", name)
+		}
+		if svc.Build != nil {
+			df := filepath.Join(svc.Build.Context, svc.Build.Dockerfile)
+			if svc.Build.Dockerfile == "" {
+				df = filepath.Join(svc.Build.Context, "Dockerfile")
+			}
+			checkDockerfile(t, name, df)
+		}
+		for _, s := range svc.Volumes {
+			v := parseVolume(t, s)
+			if !strings.HasPrefix(v.target, "/") {
+				t.Errorf("%s: volume %q: target is not absolute", name, s)
+			}
+			switch {
+			case strings.HasPrefix(v.source, "./"):
+				if _, err := os.Stat(v.source); err != nil {
+					t.Errorf("%s: volume %q: %v", name, s, err)
+				}
+			case strings.HasPrefix(v.source, "/"): // a host path
+			default:
+				if _, ok := c.Volumes[v.source]; !ok {
+					t.Errorf("%s: named volume %q is not declared under volumes", name, v.source)
+				}
+			}
+			if v.mode != "" && v.mode != "ro" && v.mode != "rw" {
+				t.Errorf("%s: volume %q: mode %q", name, s, v.mode)
+			}
+		}
+		for _, p := range svc.Ports {
+			parts := strings.Split(p, ":")
+			if len(parts) != 3 || parts[0] != "127.0.0.1" {
+				t.Errorf("%s: port %q: publish on the loopback only (127.0.0.1:HOST:CONTAINER)", name, p)
+				continue
+			}
+			if other, dup := hostPorts[parts[1]]; dup {
+				t.Errorf("host port %s published by %s and %s", parts[1], other, name)
+			}
+			hostPorts[parts[1]] = name
+		}
+		for _, d := range svc.DependsOn {
+			if _, ok := c.Services[d]; !ok {
+				t.Errorf("%s depends on unknown service %q", name, d)
+			}
+		}
+	}
+	for v := range c.Volumes {
+		used := false
+		for _, svc := range c.Services {
+			for _, s := range svc.Volumes {
+				used = used || parseVolume(t, s).source == v
+			}
+		}
+		if !used {
+			t.Errorf("named volume %q is used by no service", v)
+		}
+	}
+
+	// sandboxd: the Docker runner hands host paths to the host's dockerd,
+	// so its data directory is mounted at the same path on both sides and
+	// the agent and TMPDIR (agent sockets) live under it.
+	sd := c.Services["sandboxd"]
+	if _, ok := mountOf(t, sd, "/var/run/docker.sock"); !ok {
+		t.Error("sandboxd does not mount the Docker socket")
+	}
+	if sd.PID != "host" {
+		t.Errorf("sandboxd: pid %q, want host (the runner's reaper judges owners by host pid)", sd.PID)
+	}
+	data := sd.Environment["SANDBOXD_DATA_DIR"]
+	if v, ok := mountOf(t, sd, data); !ok || v.source != data {
+		t.Errorf("sandboxd: data dir %q must be bind-mounted at the same host path, got %+v", data, v)
+	}
+	for _, k := range []string{"SANDBOXD_AGENT_PATH", "TMPDIR"} {
+		if !strings.HasPrefix(sd.Environment[k], data+"/") {
+			t.Errorf("sandboxd: %s=%q is not under the shared data dir %q", k, sd.Environment[k], data)
+		}
+	}
+	if sd.Environment["SANDBOXD_API_KEYS"] == "" {
+		t.Error("sandboxd listens on all interfaces of its container: SANDBOXD_API_KEYS must be set")
+	}
+	cfgPath := ""
+	for i, a := range sd.Command {
+		if a == "--config" && i+1 < len(sd.Command) {
+			cfgPath = sd.Command[i+1]
+		}
+	}
+	cfgMount, ok := mountOf(t, sd, cfgPath)
+	if !ok {
+		t.Fatalf("sandboxd: --config %q is not mounted", cfgPath)
+	}
+	var cfg struct {
+		Addr   string `yaml:"addr"`
+		Runner struct {
+			Name string `yaml:"name"`
+		} `yaml:"runner"`
+	}
+	readYAML(t, cfgMount.source, &cfg)
+	if cfg.Runner.Name != "docker" {
+		t.Errorf("%s: runner %q, want docker", cfgMount.source, cfg.Runner.Name)
+	}
+	_, sdPort, _ := strings.Cut(cfg.Addr, ":")
+	if !slices.Contains(sd.Ports, "127.0.0.1:8080:"+sdPort) {
+		t.Errorf("sandboxd listens on %q but publishes %v", cfg.Addr, sd.Ports)
+	}
+
+	// Prometheus scrapes sandboxd's service name and port.
+	prom := c.Services["prometheus"]
+	pm, ok := mountOf(t, prom, "/etc/prometheus/prometheus.yml")
+	if !ok || !slices.Contains(prom.Command, "--config.file=/etc/prometheus/prometheus.yml") {
+		t.Fatal("prometheus: prometheus.yml is not mounted where --config.file points")
+	}
+	var pcfg struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			MetricsPath   string `yaml:"metrics_path"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, pm.source, &pcfg)
+	found := false
+	for _, sc := range pcfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			found = found || (sc.JobName == "sandboxd" && slices.Contains(st.Targets, "sandboxd:"+sdPort) && sc.MetricsPath == "/metrics")
+		}
+	}
+	if !found {
+		t.Errorf("%s scrapes no sandboxd:%s/metrics", pm.source, sdPort)
+	}
+	storage := ""
+	for _, a := range prom.Command {
+		if v, ok := strings.CutPrefix(a, "--storage.tsdb.path="); ok {
+			storage = v
+		}
+	}
+	if v, ok := mountOf(t, prom, storage); !ok || strings.HasPrefix(v.source, ".") {
+		t.Errorf("prometheus: storage %q is not on a named volume", storage)
+	}
+
+	// Grafana: the datasource points at Prometheus, the dashboard provider
+	// at the mounted dashboards.
+	gf := c.Services["grafana"]
+	prov, ok := mountOf(t, gf, "/etc/grafana/provisioning")
+	if !ok {
+		t.Fatal("grafana: provisioning is not mounted")
+	}
+	var ds struct {
+		Datasources []struct {
+			UID, Type, URL string
+		} `yaml:"datasources"`
+	}
+	readYAML(t, filepath.Join(prov.source, "datasources", "prometheus.yml"), &ds)
+	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" ||
+		!slices.Contains(prom.Command, "--web.listen-address=:9090") {
+		t.Errorf("grafana datasource %+v does not point at the prometheus service", ds.Datasources)
+	}
+	var dp struct {
+		Providers []struct {
+			Type    string
+			Options struct{ Path string } `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	readYAML(t, filepath.Join(prov.source, "dashboards", "sandboxd.yml"), &dp)
+	if len(dp.Providers) != 1 {
+		t.Fatalf("dashboard providers: %+v", dp.Providers)
+	}
+	dm, ok := mountOf(t, gf, dp.Providers[0].Options.Path)
+	if !ok {
+		t.Fatalf("grafana: the provider's path %q is not mounted", dp.Providers[0].Options.Path)
+	}
+	if _, err := os.Stat(filepath.Join(dm.source, "sandboxd.json")); err != nil {
+		t.Error(err)
+	}
+	if home := gf.Environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]; home != dm.target+"/sandboxd.json" {
+		t.Errorf("grafana home dashboard %q is not the provisioned one", home)
+	}
+}
+
+// checkDockerfile: the file exists, builds FROM local sandboxd images only
+// (no registry here), and copies only files that exist or that build.sh
+// builds into bin/.
+func checkDockerfile(t *testing.T, service, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Errorf("%s: %v", service, err)
+		return
+	}
+	froms := 0
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "FROM":
+			froms++
+			if len(f) < 2 || !strings.HasPrefix(f[1], "sandboxd/") {
+				t.Errorf("%s: %q: images can only be FROM local sandboxd/* images here", path, line)
+			}
+		case "COPY", "ADD":
+			for _, src := range f[1 : len(f)-1] {
+				if strings.HasPrefix(src, "--") {
+					continue
+				}
+				if strings.HasPrefix(src, "bin/") {
+					if !strings.Contains(readFile(t, "build.sh"), "-o "+src+" ") {
+						t.Errorf("%s: COPY %s: build.sh does not build it", path, src)
+					}
+					continue
+				}
+				if _, err := os.Stat(filepath.Join(filepath.Dir(path), src)); err != nil {
+					t.Errorf("%s: COPY %s: %v", path, src, err)
+				}
+			}
+		}
+	}
+	if froms == 0 {
+		t.Errorf("%s: no FROM", path)
+	}
+}
+
+func TestPromtoolCheckConfig(t *testing.T) {
+	t.Parallel()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("SANDBOXD_REQUIRE_TOOLS") != "" {
+			t.Fatal("promtool not installed (scripts/setup.sh installs it)")
+		}
+		t.Skip("promtool not installed (scripts/setup.sh installs it; set SANDBOXD_REQUIRE_TOOLS=1 to fail instead)")
+	}
+	out, err := exec.Command(promtool, "check", "config", "prometheus.yml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check config prometheus.yml: %v\n%s", err, out)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	if err := yaml.Unmarshal([]byte(readFile(t, path)), v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
