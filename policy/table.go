@@ -71,7 +71,7 @@ var Table = []Row{
 			"cgroup v1/v2 + rlimits; own pid, mount, ipc, uts, net namespaces",
 			"container limits (cgroups), pids limit, ulimits",
 			"OCI spec cgroup limits, rlimits",
-			"the same limits on the sandbox's cgroup; syscalls served by gVisor's kernel (Sentry)",
+			"the same cgroup limits (they also count gVisor's own ~16 MiB); the pids limit is RLIMIT_NPROC inside gVisor; an OOM kills the whole sandbox, which the runner restarts (workspace kept); syscalls are served by gVisor's kernel (Sentry, systrap platform)",
 		},
 	},
 	{
@@ -104,7 +104,7 @@ var Table = []Row{
 			"empty net namespace + seccomp socket filter; helper forwards the proxy",
 			"network none + seccomp socket filter; agent forwards the proxy",
 			"own net namespace (lo only) + seccomp socket filter; agent forwards the proxy",
-			"network namespace as runc; the OCI seccomp profile is not applied by the sandbox itself (gVisor filters its own host syscalls), so socket domains are enforced by the empty network only",
+			"network none as runc. The host kernel never applies the OCI profile to sandbox code (the Sentry serves it, under gVisor's own host filter); with --oci-seccomp (set by scripts/gvisor-setup.sh) the Sentry applies it inside, answering EPERM for every denied call, so clone3 is allowed there (glibc falls back to clone only on ENOSYS)",
 		},
 	},
 }

@@ -75,6 +75,11 @@ func measure(b *testing.B, op func() error) {
 		lat = append(lat, time.Since(start))
 	}
 	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+// reportLatency reports the p50 and p99 of lat in milliseconds.
+func reportLatency(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
 	pct := func(p float64) float64 {
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))]) / float64(time.Millisecond)

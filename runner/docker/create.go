@@ -66,6 +66,11 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err := os.Chown(s.stateDir, sandboxUID, sandboxUID); err != nil {
 		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
 	}
+	if spec.Network == runner.NetworkEgress {
+		if err := s.startEgress(); err != nil {
+			return nil, fmt.Errorf("create sandbox: %w", err)
+		}
+	}
 
 	cfg, hc := r.containerConfig(spec, limits, s.stateDir)
 	// The sandbox user must be able to write a read-write workspace.
@@ -172,7 +177,9 @@ func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
 	switch spec.Network {
 	case "", runner.NetworkNone:
 	case runner.NetworkEgress:
-		return fmt.Errorf("create sandbox: network %q (egress proxy not implemented): %w", spec.Network, runner.ErrUnsupported)
+		if spec.Egress == nil {
+			return fmt.Errorf("create sandbox: network %q needs SandboxSpec.Egress: %w", spec.Network, runner.ErrInvalidSpec)
+		}
 	default:
 		return fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
 	}
@@ -231,7 +238,7 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		Hostname: "sandbox",
 		// env -i: the agent passes its own environment to every process,
 		// and Docker always adds HOSTNAME, HOME and the image's ENV.
-		Entrypoint: []string{"/usr/bin/env", "-i", agentBinary, "--socket", agentSocket, "--root", runner.WorkspaceDir},
+		Entrypoint: entrypoint(spec),
 		Cmd:        nil,
 		WorkingDir: "/",
 		Labels:     labels,
@@ -251,14 +258,14 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 	noInit := false
 	pids := l.PIDs
 	hc := &container.HostConfig{
-		NetworkMode:    "none",
+		NetworkMode:    "none", // NetworkEgress too: the only way out is the egress socket
 		IpcMode:        "private",
 		Mounts:         mounts,
 		Tmpfs:          map[string]string{"/tmp": tmp},
 		ShmSize:        r.cfg.TmpBytes,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + r.seccomp},
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + r.seccompFor(spec)},
 		Init:           &noInit,
 		AutoRemove:     false,
 		Runtime:        r.cfg.Runtime,
@@ -275,6 +282,7 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 			},
 		},
 	}
+	r.applyGVisor(hc, l)
 	return cfg, hc
 }
 

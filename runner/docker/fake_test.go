@@ -112,7 +112,7 @@ func TestCreateInvalid(t *testing.T) {
 		{runner.SandboxSpec{Workspace: "relative", WorkspaceMode: runner.WorkspaceReadOnly}, runner.ErrInvalidSpec},
 		{runner.SandboxSpec{WorkspaceMode: "bogus"}, runner.ErrInvalidSpec},
 		{runner.SandboxSpec{Network: "bogus"}, runner.ErrInvalidSpec},
-		{runner.SandboxSpec{Network: runner.NetworkEgress}, runner.ErrUnsupported},
+		{runner.SandboxSpec{Network: runner.NetworkEgress}, runner.ErrInvalidSpec}, // no Egress
 		{runner.SandboxSpec{Limits: runner.Limits{MemoryBytes: -1}}, runner.ErrInvalidSpec},
 		{runner.SandboxSpec{Labels: map[string]string{LabelOwner: "me"}}, runner.ErrInvalidSpec},
 	} {

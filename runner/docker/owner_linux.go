@@ -56,5 +56,19 @@ func ownerAlive(label string) (alive, known bool) {
 		return false, false
 	}
 	now, err := procStartTime(pid)
-	return err == nil && now == start, true
+	return err == nil && now == start && !procZombie(pid), true
+}
+
+// procZombie reports whether pid has exited but not been waited for (its
+// parent may never wait: a killed sandboxd's zombie still owns nothing).
+func procZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
 }

@@ -4,9 +4,11 @@
 // A sandbox is one container: read-only root, fresh /tmp and /dev/shm,
 // the workspace bound at /workspace (or not at all), no capabilities,
 // no_new_privs, the tightened seccomp profile of package policy, uid
-// 65534, no network, cgroup limits. The agent binary is bind-mounted
-// read-only from the host and talks to sandboxd over a unix socket in a
-// per-sandbox host directory (StateDir/<id>, mounted at /run/sandboxd).
+// 65534, no network (NetworkEgress: still none, plus the agent's proxy
+// address forwarded to a per-sandbox egress socket, see egress.go), cgroup
+// limits. The agent binary is bind-mounted read-only from the host and
+// talks to sandboxd over a unix socket in a per-sandbox host directory
+// (StateDir/<id>, mounted at /run/sandboxd).
 //
 // Lifecycle: New probes the daemon, reaps containers left by earlier
 // processes and starts the reconcile loop; Create returns a started
@@ -59,6 +61,10 @@ type Runner struct {
 	seccomp string // policy.SeccompProfile(false) as JSON
 	caps    runner.Capabilities
 	started time.Time
+	// gvisor: cfg.Runtime is gVisor's runsc. Its sandbox processes live
+	// inside the Sentry, invisible on the host: the host pids in the
+	// container's cgroup are runsc's own (sandbox, gofer, stubs).
+	gvisor bool
 
 	mu   sync.Mutex
 	live map[string]*Sandbox // by sandbox ID; nil value: being created
@@ -118,7 +124,8 @@ func (r *Runner) probe(ctx context.Context) error {
 	if err != nil {
 		return r.wrap("docker info", err)
 	}
-	r.caps = runner.Capabilities{PIDNamespace: true, MountNamespace: true, NetNamespace: true}
+	// Network: NetworkEgress through the egress socket (egress.go).
+	r.caps = runner.Capabilities{PIDNamespace: true, MountNamespace: true, NetNamespace: true, Network: true}
 	for _, opt := range info.SecurityOptions {
 		if opt == "seccomp" || strings.HasPrefix(opt, "name=seccomp") {
 			r.caps.Seccomp = true
@@ -132,8 +139,15 @@ func (r *Runner) probe(ctx context.Context) error {
 		r.cfg.Logger.Warn("docker runner: daemon lacks memory, pids or CPU limits; sandboxes cannot be created")
 	}
 	if r.cfg.Runtime != "" {
-		if _, ok := info.Runtimes[r.cfg.Runtime]; !ok {
+		rt, ok := info.Runtimes[r.cfg.Runtime]
+		if !ok {
 			return fmt.Errorf("docker: runtime %q not registered with the daemon: %w", r.cfg.Runtime, runner.ErrUnsupported)
+		}
+		r.gvisor = isGVisor(r.cfg.Runtime, rt.Path)
+	}
+	if r.gvisor {
+		if _, err := gvisorSeccomp(r.seccomp); err != nil {
+			return err
 		}
 	}
 	return nil

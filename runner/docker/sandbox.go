@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sync"
 	"syscall"
@@ -38,10 +39,15 @@ type Sandbox struct {
 	containerID string
 	labels      map[string]string // set when the workspace was chowned
 	cg          *cgroup           // nil when the container's cgroup is not readable here
-	client      *agent.Client
+
+	egressMu sync.Mutex
+	egressLn net.Listener // NetworkEgress: the served egress socket (egress.go)
 
 	mu       sync.Mutex
-	inflight int // running Execs
+	client   *agent.Client // replaced when a gVisor sandbox is revived
+	reviving chan struct{} // non-nil while revive runs; closed when it ends
+	sweeping chan struct{} // non-nil while sweep runs (gVisor); closed when it ends
+	inflight int           // running Execs
 	closed   bool
 	closeErr error
 	done     chan struct{} // closed when Close has finished
@@ -54,8 +60,14 @@ func (s *Sandbox) ID() string { return s.id }
 func (s *Sandbox) ContainerID() string { return s.containerID }
 
 // Agent returns the connection to the sandbox agent, for REPL and file
-// operations. It is closed by Close.
-func (s *Sandbox) Agent() *agent.Client { return s.client }
+// operations. It is closed by Close. A gVisor sandbox whose memory limit
+// was hit is restarted with a new agent (see revive): call Agent again
+// rather than keeping the client across calls.
+func (s *Sandbox) Agent() *agent.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.client
+}
 
 func (s *Sandbox) isClosed() bool {
 	s.mu.Lock()
@@ -123,11 +135,12 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 		}
 	}
 
-	s.mu.Lock()
-	s.inflight++
-	s.mu.Unlock()
+	cl, err := s.beginExec(ctx)
+	if err != nil {
+		return runner.Result{}, err
+	}
 	before := s.cg.sample()
-	ar, err := s.client.Exec(ctx, req, onOutput)
+	ar, err := cl.Exec(ctx, req, onOutput)
 	after := s.cg.sample()
 	s.endExec()
 	if err != nil {
@@ -142,10 +155,15 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 			// The agent refused the request (bad dir, ...): the caller's input.
 			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w", s.id, runner.ErrInvalidSpec, err)
 		}
-		state, note := s.deathNote(ctx)
+		state, note := s.deathNote(ctx, err)
 		if state != nil && state.OOMKilled && !state.Running {
 			// The OOM killer took the agent itself: the process's fate is
-			// a result; the sandbox is dead (later Execs fail).
+			// a result; the sandbox is dead (later Execs fail), except
+			// under gVisor, where this is how every OOM ends: the sandbox
+			// is restarted.
+			if s.r.gvisor {
+				s.startRevive()
+			}
 			return runner.Result{ExitCode: 128 + int(syscall.SIGKILL), Signal: "SIGKILL", OOMKilled: true,
 				Stdout: []byte{}, Stderr: []byte{}, Usage: runner.Usage{PeakMemory: after.peak}}, nil
 		}
@@ -186,13 +204,14 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 // is not trusted with another request. The daemon only loses the
 // connection; the sandbox's owner still calls Close.
 func (s *Sandbox) killOnProtocolError() {
-	<-s.client.Done()
-	if !errors.Is(s.client.Err(), agent.ErrProtocol) || s.isClosed() {
+	cl := s.Agent()
+	<-cl.Done()
+	if !errors.Is(cl.Err(), agent.ErrProtocol) || s.isClosed() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
-	s.r.cfg.Logger.Warn("docker runner: agent broke the protocol; killing its sandbox", "sandbox", s.id, "err", s.client.Err())
+	s.r.cfg.Logger.Warn("docker runner: agent broke the protocol; killing its sandbox", "sandbox", s.id, "err", cl.Err())
 	if err := s.r.api.ContainerKill(ctx, s.containerID, "KILL"); err != nil {
 		s.r.cfg.Logger.Warn("docker runner: kill sandbox", "sandbox", s.id, "err", err)
 	}
@@ -204,18 +223,32 @@ func (s *Sandbox) endExec() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight--
-	if s.inflight == 0 && !s.closed {
+	if s.inflight == 0 && !s.closed && s.r.gvisor {
+		s.startSweepLocked()
+	}
+	if s.inflight == 0 && !s.closed && !s.r.gvisor {
 		if n := s.cg.killStrays(); n > 0 {
 			s.r.cfg.Logger.Debug("docker runner: killed processes that left the agent's session", "sandbox", s.id, "count", n)
 		}
 	}
 }
 
-// deathNote explains a lost agent connection from the container's state.
-func (s *Sandbox) deathNote(ctx context.Context) (*container.State, string) {
+// deathNote explains a lost agent connection (cause) from the container's
+// state. The connection can drop before the daemon has seen the container
+// exit (gVisor: the Sentry dies first), so a container still running is
+// polled for a moment unless the agent broke the protocol.
+func (s *Sandbox) deathNote(ctx context.Context, cause error) (*container.State, string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	settle := time.Now().Add(2 * time.Second)
+	if errors.Is(cause, agent.ErrProtocol) {
+		settle = time.Time{}
+	}
 	insp, err := s.r.api.ContainerInspect(cctx, s.containerID)
+	for err == nil && insp.State != nil && insp.State.Running && time.Now().Before(settle) {
+		time.Sleep(50 * time.Millisecond)
+		insp, err = s.r.api.ContainerInspect(cctx, s.containerID)
+	}
 	if err != nil {
 		return nil, " (" + s.r.wrap("inspect container", err).Error() + ")"
 	}
@@ -287,8 +320,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 // destroy removes everything the sandbox has on the host.
 func (s *Sandbox) destroy(ctx context.Context) error {
 	var errs []error
-	if s.client != nil {
-		s.client.Close()
+	s.closeEgress()
+	if cl := s.Agent(); cl != nil {
+		cl.Close()
 	}
 	if s.containerID != "" {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
