@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sandboxd/sandboxd/policy"
 )
 
 // Config is the daemon's configuration. Precedence: flags > environment >
@@ -62,6 +64,26 @@ type RunnerConfig struct {
 	Name   string             `yaml:"name"`
 	Local  LocalRunnerConfig  `yaml:"local"`
 	Docker DockerRunnerConfig `yaml:"docker"`
+	// Containerd configures runner.name: containerd.
+	Containerd ContainerdRunnerConfig `yaml:"containerd"`
+}
+
+// ContainerdRunnerConfig configures the containerd runner (runner.name:
+// containerd); scripts/containerd-setup.sh starts the daemon and imports
+// the images.
+type ContainerdRunnerConfig struct {
+	// Address is containerd's socket (default /run/containerd/containerd.sock).
+	Address string `yaml:"address"`
+	// Namespace is the containerd namespace of the sandboxes (default sandboxd).
+	Namespace string `yaml:"namespace"`
+	// Image is the default sandbox image (default sandboxd/python:latest),
+	// already imported into Namespace.
+	Image string `yaml:"image"`
+	// AgentPath is the static sandbox-agent binary mounted into every
+	// sandbox. Required.
+	AgentPath string `yaml:"agent_path"`
+	// Runtime is "" (runc) or runsc (gVisor), or a containerd shim name.
+	Runtime string `yaml:"runtime"`
 }
 
 // DockerRunnerConfig configures the Docker runner (runner.name: docker).
@@ -121,6 +143,21 @@ type APIConfig struct {
 type TenantConfig struct {
 	Name    string   `yaml:"name"`
 	APIKeys []string `yaml:"api_keys"`
+	// Policy is the tenant's guard policy (rules, budgets, tool limits,
+	// rate limit, approvals, egress allowlist); nil: every call allowed
+	// and no egress at all.
+	Policy *policy.TenantPolicy `yaml:"policy"`
+}
+
+// Policies maps each tenant with a policy to it.
+func (c *Config) Policies() map[string]policy.TenantPolicy {
+	out := map[string]policy.TenantPolicy{}
+	for _, t := range c.Tenants {
+		if t.Policy != nil {
+			out[t.Name] = *t.Policy
+		}
+	}
+	return out
 }
 
 // HTTPRequestConfig caps the http_request tool (zero: the tool's defaults).

@@ -58,6 +58,9 @@ func loadConfig(fl serveFlags, getenv func(string) string, euid int) (*Config, e
 	if cfg.Runner.Name == "docker" && cfg.Runner.Docker.AgentPath == "" {
 		cfg.Runner.Docker.AgentPath = findAgent(getenv)
 	}
+	if cfg.Runner.Name == "containerd" && cfg.Runner.Containerd.AgentPath == "" {
+		cfg.Runner.Containerd.AgentPath = findAgent(getenv)
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -94,6 +97,11 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 		{"SANDBOXD_RUNNER", &cfg.Runner.Name},
 		{"SANDBOXD_ROOTFS", &cfg.Runner.Local.Rootfs},
 		{"SANDBOXD_AGENT_PATH", &cfg.Runner.Docker.AgentPath},
+		{"SANDBOXD_AGENT_PATH", &cfg.Runner.Containerd.AgentPath},
+		{"SANDBOXD_CONTAINERD_ADDRESS", &cfg.Runner.Containerd.Address},
+		{"SANDBOXD_CONTAINERD_NAMESPACE", &cfg.Runner.Containerd.Namespace},
+		{"SANDBOXD_CONTAINERD_IMAGE", &cfg.Runner.Containerd.Image},
+		{"SANDBOXD_CONTAINERD_RUNTIME", &cfg.Runner.Containerd.Runtime},
 	}
 	for _, s := range strs {
 		if v := getenv(s.name); v != "" {

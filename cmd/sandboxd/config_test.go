@@ -255,3 +255,16 @@ func TestFindAgentOnPath(t *testing.T) {
 		t.Fatalf("findAgent without PATH = %q", got)
 	}
 }
+
+// The example policy in examples/ loads and validates.
+func TestExamplePolicy(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig(serveFlags{Config: "../../examples/policy.yaml"}, envMap(map[string]string{"HOME": t.TempDir()}), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Policies()["alice"]
+	if len(p.Rules) != 2 || len(p.Budgets) != 2 || len(p.ToolLimits) != 1 || p.RateLimit == nil || len(p.Egress.Allow) != 3 {
+		t.Fatalf("policy %+v", p)
+	}
+}

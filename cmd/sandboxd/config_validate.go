@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-var knownRunners = []string{"local", "docker"}
+var knownRunners = []string{"local", "docker", "containerd"}
 
 // validate reports every problem, each quoting the bad value.
 func (c *Config) validate() error {
@@ -46,6 +46,18 @@ func (c *Config) validate() error {
 	}
 	if c.Runner.Name == "docker" && !filepath.IsAbs(c.Runner.Docker.AgentPath) {
 		bad("runner.docker.agent_path %q: the docker runner needs the absolute path of the static sandbox-agent binary (none next to sandboxd or on PATH; build it with CGO_ENABLED=0 go build -o /usr/local/bin/sandbox-agent ./cmd/sandbox-agent)", c.Runner.Docker.AgentPath)
+	}
+	if c.Runner.Name == "containerd" {
+		cd := c.Runner.Containerd
+		if !filepath.IsAbs(cd.AgentPath) {
+			bad("runner.containerd.agent_path %q: the containerd runner needs the absolute path of the static sandbox-agent binary (none next to sandboxd or on PATH; build it with CGO_ENABLED=0 go build -o /usr/local/bin/sandbox-agent ./cmd/sandbox-agent)", cd.AgentPath)
+		}
+		if a := strings.TrimPrefix(cd.Address, "unix://"); a != "" && !filepath.IsAbs(a) {
+			bad("runner.containerd.address %q: want the absolute path of containerd's socket", cd.Address)
+		}
+		if ns := cd.Namespace; ns != "" && !validContainerdNamespace(ns) {
+			bad("runner.containerd.namespace %q: want letters, digits, '.', '_' or '-', at most 63 characters", ns)
+		}
 	}
 	c.Limits.Defaults.validate("limits.defaults", bad)
 	c.Limits.Ceilings.validate("limits.ceilings", bad)
@@ -112,6 +124,11 @@ func (c *Config) validate() error {
 		names[t.Name] = true
 		if len(t.APIKeys) == 0 {
 			bad("tenants[%d] (%q): no api_keys", i, t.Name)
+		}
+		if t.Policy != nil {
+			if perr := t.Policy.Validate(); perr != nil {
+				bad("tenants[%d] (%q): %v", i, t.Name, perr)
+			}
 		}
 		for _, k := range t.APIKeys {
 			switch {
@@ -222,4 +239,18 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// validContainerdNamespace mirrors containerd's namespace name rule.
+func validContainerdNamespace(ns string) bool {
+	if len(ns) == 0 || len(ns) > 63 {
+		return false
+	}
+	for i, r := range ns {
+		alnum := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		if !alnum && (i == 0 || i == len(ns)-1 || !strings.ContainsRune("._-", r)) {
+			return false
+		}
+	}
+	return true
 }

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/containerd"
 	"github.com/sandboxd/sandboxd/runner/docker"
 	"github.com/sandboxd/sandboxd/runner/local"
 )
@@ -31,6 +33,24 @@ func newRunner(ctx context.Context, cfg *Config, defaults runner.Limits, log *sl
 			defer cancel()
 			if err := dr.Close(cctx); err != nil {
 				log.Warn("close docker runner", "err", err)
+			}
+		}, nil
+	case "containerd":
+		c := cfg.Runner.Containerd
+		cr, err := containerd.New(ctx, containerd.Config{
+			Address: strings.TrimPrefix(c.Address, "unix://"), Namespace: c.Namespace, Image: c.Image,
+			AgentPath: c.AgentPath, Runtime: c.Runtime,
+			Defaults: defaults,
+			Logger:   log,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return cr, func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := cr.Close(cctx); err != nil {
+				log.Warn("close containerd runner", "err", err)
 			}
 		}, nil
 	case "local", "":

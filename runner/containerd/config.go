@@ -1,0 +1,198 @@
+package containerd
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// Defaults of Config.
+const (
+	DefaultAddress     = "/run/containerd/containerd.sock"
+	DefaultNamespace   = "sandboxd"
+	DefaultImage       = "sandboxd/python:latest"
+	DefaultSnapshotter = "overlayfs"
+	// DefaultRunscBinary is what Runtime "runsc" runs through the runc v2
+	// shim: scripts/containerd-setup.sh writes it as a wrapper adding
+	// --platform=systrap --host-uds=all.
+	DefaultRunscBinary = "/usr/local/bin/runsc-sandboxd"
+)
+
+// Runtime names accepted in Config.Runtime besides a full shim name.
+const (
+	RuntimeRunc  = "io.containerd.runc.v2"
+	RuntimeRunsc = "runsc"
+)
+
+// Built-in defaults used for any zero field of Config.Defaults (the Docker
+// runner's).
+var builtinDefaults = runner.Limits{
+	MemoryBytes: 512 << 20,
+	PIDs:        256,
+	CPUMillis:   1000,
+	Timeout:     60 * time.Second,
+	OutputBytes: 1 << 20,
+	NoFile:      1024,
+	FileSize:    100 << 20,
+}
+
+// Config configures a containerd Runner.
+type Config struct {
+	// Address is containerd's socket. Default DefaultAddress (the daemon
+	// scripts/containerd-setup.sh starts; not dockerd's own containerd).
+	Address string
+	// Namespace is the containerd namespace of every sandbox. Default
+	// DefaultNamespace.
+	Namespace string
+	// Image is the default sandbox image, a reference already imported
+	// into Namespace ("sandboxd/python:latest" means
+	// "docker.io/sandboxd/python:latest"). Default DefaultImage. Images
+	// are never pulled. They must have /workspace, /usr/bin/env and allow
+	// uid 65534 (the root is mounted read-only, so mount points cannot be
+	// created).
+	Image string
+	// Snapshotter unpacks images. Default DefaultSnapshotter.
+	Snapshotter string
+	// AgentPath is the host path of the static sandbox-agent binary,
+	// bind-mounted read-only into every sandbox as its pid 1. Required.
+	AgentPath string
+	// StateDir holds one host directory per sandbox (its agent socket dir,
+	// mounted at /run/sandboxd, its network namespace, its log). Default
+	// $TMPDIR/sandboxd-containerd. containerd runs on this host and must
+	// see the same path.
+	StateDir string
+	// InstanceID labels the containers this runner owns. Default: random
+	// per process.
+	InstanceID string
+	// Runtime selects the OCI runtime: "" (runc through
+	// io.containerd.runc.v2), "runsc" (gVisor: the runc v2 shim running
+	// RunscBinary), or a shim name such as "io.containerd.runsc.v1".
+	Runtime string
+	// RunscBinary is the runsc wrapper Runtime "runsc" runs. Default
+	// DefaultRunscBinary.
+	RunscBinary string
+	// Defaults fill zero limits of a SandboxSpec.
+	Defaults runner.Limits
+	// TmpBytes caps the /tmp and /dev/shm tmpfs of each sandbox. Default 64 MiB.
+	TmpBytes int64
+	// ReconcileInterval is how often orphaned sandboxes are removed.
+	// Default 30s; negative disables the loop (Reap still works).
+	ReconcileInterval time.Duration
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+var (
+	validID    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+	validLabel = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-/]{0,127}$`)
+	validNS    = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?$`)
+)
+
+func (c *Config) setDefaults() error {
+	if c.Address == "" {
+		c.Address = DefaultAddress
+	}
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	if !validNS.MatchString(c.Namespace) {
+		return fmt.Errorf("containerd: namespace %q: want [a-zA-Z0-9_.-], at most 63 characters", c.Namespace)
+	}
+	if c.Image == "" {
+		c.Image = DefaultImage
+	}
+	if c.Snapshotter == "" {
+		c.Snapshotter = DefaultSnapshotter
+	}
+	if c.AgentPath == "" {
+		return fmt.Errorf("containerd: AgentPath is required")
+	}
+	var err error
+	if c.AgentPath, err = filepath.Abs(c.AgentPath); err != nil {
+		return fmt.Errorf("containerd: AgentPath %q: %w", c.AgentPath, err)
+	}
+	if fi, err := os.Stat(c.AgentPath); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("containerd: AgentPath %q is not a regular file", c.AgentPath)
+	}
+	if c.StateDir == "" {
+		c.StateDir = filepath.Join(os.TempDir(), "sandboxd-containerd")
+	}
+	if c.StateDir, err = filepath.Abs(c.StateDir); err != nil {
+		return fmt.Errorf("containerd: StateDir %q: %w", c.StateDir, err)
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = newID()
+	}
+	if !validID.MatchString(c.InstanceID) {
+		return fmt.Errorf("containerd: InstanceID %q: want [a-zA-Z0-9_.-], at most 63 characters", c.InstanceID)
+	}
+	if c.RunscBinary == "" {
+		c.RunscBinary = DefaultRunscBinary
+	}
+	if c.TmpBytes == 0 {
+		c.TmpBytes = 64 << 20
+	}
+	if c.TmpBytes < 0 {
+		return fmt.Errorf("containerd: TmpBytes %d is negative", c.TmpBytes)
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = 30 * time.Second
+	}
+	if err := validLimits(c.Defaults); err != nil {
+		return fmt.Errorf("containerd: Defaults: %w", err)
+	}
+	c.Defaults = mergeLimits(c.Defaults, builtinDefaults)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+func validLimits(l runner.Limits) error {
+	for name, v := range map[string]int64{
+		"memory_bytes": l.MemoryBytes, "pids": l.PIDs, "cpu_millis": l.CPUMillis,
+		"timeout": int64(l.Timeout), "output_bytes": l.OutputBytes, "nofile": l.NoFile, "file_size_bytes": l.FileSize,
+	} {
+		if v < 0 {
+			return fmt.Errorf("limit %s = %d is negative", name, v)
+		}
+	}
+	if l.MemoryBytes != 0 && l.MemoryBytes < 6<<20 {
+		return fmt.Errorf("limit memory_bytes = %d is below the minimum of 6 MiB", l.MemoryBytes)
+	}
+	return nil
+}
+
+// mergeLimits fills zero fields of l from def; def is a ceiling that l may
+// only lower.
+func mergeLimits(l, def runner.Limits) runner.Limits {
+	pick := func(v, d int64) int64 {
+		if v == 0 || (d != 0 && v > d) {
+			return d
+		}
+		return v
+	}
+	return runner.Limits{
+		MemoryBytes: pick(l.MemoryBytes, def.MemoryBytes),
+		PIDs:        pick(l.PIDs, def.PIDs),
+		CPUMillis:   pick(l.CPUMillis, def.CPUMillis),
+		Timeout:     time.Duration(pick(int64(l.Timeout), int64(def.Timeout))),
+		OutputBytes: pick(l.OutputBytes, def.OutputBytes),
+		NoFile:      pick(l.NoFile, def.NoFile),
+		FileSize:    pick(l.FileSize, def.FileSize),
+	}
+}
+
+func newID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,276 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/policy"
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// Create implements runner.Runner: it creates the container and its task,
+// starts it and waits until the agent inside answers. On any failure
+// nothing is left behind.
+func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.Sandbox, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := r.checkSpec(&spec); err != nil {
+		return nil, err
+	}
+	limits := mergeLimits(spec.Limits, r.cfg.Defaults)
+
+	// Reserve the ID so the reconcile loop leaves the half-made sandbox alone.
+	r.mu.Lock()
+	if _, dup := r.live[spec.ID]; dup {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("create sandbox: id %q already in use: %w", spec.ID, runner.ErrInvalidSpec)
+	}
+	r.live[spec.ID] = nil
+	r.mu.Unlock()
+
+	s := newSandbox(r, spec, limits)
+	defer func() {
+		if err != nil {
+			if cerr := s.destroy(ctx); cerr != nil {
+				r.cfg.Logger.Warn("containerd runner: cleanup after failed create", "sandbox", spec.ID, "err", cerr)
+			}
+			r.forget(spec.ID)
+		}
+	}()
+
+	// dir: root's (agent log, netns pin); dir/run: the sandbox user's,
+	// mounted at /run/sandboxd. MkdirAll: another instance's Reap may
+	// have removed our empty stateRoot.
+	os.MkdirAll(r.stateRoot(), 0o711)
+	if err := os.Mkdir(s.dir, 0o711); err != nil {
+		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
+	}
+	if err := os.Mkdir(s.runDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
+	}
+	if err := os.Chown(s.runDir, sandboxUID, sandboxUID); err != nil {
+		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
+	}
+	if err := newNetns(s.netns); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	egress := spec.Network == runner.NetworkEgress
+	if egress {
+		if err := s.listenEgress(); err != nil {
+			return nil, fmt.Errorf("create sandbox: egress: %w", err)
+		}
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	imageRef := spec.Image
+	if imageRef == "" {
+		imageRef = r.cfg.Image
+	}
+	img, err := r.image(cctx, imageRef)
+	if err != nil {
+		return nil, r.ctxOr(ctx, fmt.Errorf("create sandbox: %w", err))
+	}
+	sc, err := policy.SeccompOCI(egress)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	ociSpec := buildSpec(specInput{
+		ID: spec.ID, Namespace: r.cfg.Namespace, Spec: spec, Limits: limits,
+		AgentPath: r.cfg.AgentPath, RunDir: s.runDir, NetnsPath: s.netns, TmpBytes: r.cfg.TmpBytes, Seccomp: sc,
+		GVisor: r.gvisor,
+	})
+	labels := r.labels(spec)
+	// The sandbox user must be able to write a read-write workspace.
+	owner, err := workspaceOwner(spec)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: workspace: %w", err)
+	}
+	if owner != "" {
+		labels[labelWorkspace], labels[labelWorkspaceOwner] = spec.Workspace, owner
+		s.labels = labels
+	}
+	snapLabels := map[string]string{LabelManaged: "true", LabelOwner: r.cfg.InstanceID, LabelSandbox: spec.ID}
+	if selfProc != "" {
+		snapLabels[labelOwnerProc] = selfProc
+	}
+	// A read-only view of the image: runc creates the mount points in
+	// the /run tmpfs. runsc's gofer creates them in the host rootfs, so
+	// gVisor gets a writable snapshot that the spec still mounts
+	// read-only (Root.Readonly) inside the sandbox.
+	snapshot := client.WithNewSnapshotView(spec.ID, img, snapshots.WithLabels(snapLabels))
+	if r.gvisor {
+		snapshot = client.WithNewSnapshot(spec.ID, img, snapshots.WithLabels(snapLabels))
+	}
+	ctr, err := r.c.NewContainer(cctx, spec.ID,
+		client.WithSnapshotter(r.cfg.Snapshotter),
+		snapshot,
+		client.WithRuntime(r.runtime, r.rtOpts),
+		client.WithSpec(ociSpec),
+		client.WithContainerLabels(labels),
+	)
+	if err != nil {
+		r.forgetImage(imageRef) // maybe re-imported since: look it up again
+		if errdefs.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create sandbox: id %q already in use in namespace %s: %w: %w", spec.ID, r.cfg.Namespace, runner.ErrInvalidSpec, err)
+		}
+		return nil, r.ctxOr(ctx, r.wrap("create container", err))
+	}
+	s.container = ctr
+	if owner != "" {
+		if err := os.Chown(spec.Workspace, sandboxUID, sandboxUID); err != nil {
+			return nil, fmt.Errorf("create sandbox: make workspace writable: %w", err)
+		}
+	}
+	l, err := s.start(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("create sandbox %s: %w: %w", spec.ID, runner.ErrUnavailable, err)
+	}
+	s.cur = l
+	go s.killOnProtocolError(l)
+
+	r.mu.Lock()
+	r.live[spec.ID] = s
+	r.mu.Unlock()
+	return s, nil
+}
+
+// labels are the container's labels: the spec's plus the runner's.
+func (r *Runner) labels(spec runner.SandboxSpec) map[string]string {
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelManaged] = "true"
+	labels[LabelOwner] = r.cfg.InstanceID
+	if selfProc != "" {
+		labels[labelOwnerProc] = selfProc
+	}
+	labels[LabelSandbox] = spec.ID
+	return labels
+}
+
+// listenEgress creates the sandbox's egress socket (EgressSocketPath
+// inside) and serves it with spec.Egress until Close.
+func (s *Sandbox) listenEgress() error {
+	path := filepath.Join(s.runDir, filepath.Base(runner.EgressSocketPath))
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	s.mu.Lock()
+	s.egress = ln
+	s.mu.Unlock()
+	// The sandbox user connects; the directory (0700, the sandbox
+	// user's, mounted only into this sandbox) is the access control.
+	if err := os.Chmod(path, 0o666); err != nil {
+		return err
+	}
+	go func() {
+		if err := s.spec.Egress.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
+			s.r.cfg.Logger.Warn("containerd runner: egress serve", "sandbox", s.id, "err", err)
+		}
+	}()
+	return nil
+}
+
+// dialAgent connects to the agent once it listens and answers a ping,
+// before any sandboxed code runs: the socket path is dialled only here,
+// never again (code inside could later swap it for a symlink to a host
+// socket). It gives up after agentTimeout or as soon as the task exited.
+func (s *Sandbox) dialAgent(ctx context.Context, l *life) (*agent.Client, error) {
+	actx, acancel := context.WithTimeoutCause(ctx, agentTimeout, errors.New("agent start timeout"))
+	defer acancel()
+	watchCtx, stopWatch := context.WithCancelCause(actx)
+	defer stopWatch(nil)
+	go func() {
+		select {
+		case <-watchCtx.Done():
+		case <-l.exited:
+			stopWatch(fmt.Errorf("task exited with %d", l.exitStatus.ExitCode()))
+		}
+	}()
+	cl, err := agent.Dial(watchCtx, filepath.Join(s.runDir, "agent.sock"))
+	if err == nil {
+		if err = cl.Ping(watchCtx); err != nil {
+			cl.Close()
+		}
+	}
+	if err != nil {
+		if cause := context.Cause(watchCtx); cause != nil && ctx.Err() == nil {
+			return nil, fmt.Errorf("%w: %w", cause, err)
+		}
+		return nil, err
+	}
+	return cl, nil
+}
+
+// ctxOr prefers the caller's context error over a derived one.
+func (r *Runner) ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return err
+}
+
+func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
+	if spec.ID == "" {
+		spec.ID = newID()
+	}
+	if !validID.MatchString(spec.ID) {
+		return fmt.Errorf("create sandbox: id %q: %w", spec.ID, runner.ErrInvalidSpec)
+	}
+	switch spec.Network {
+	case "", runner.NetworkNone:
+		spec.Network = runner.NetworkNone
+	case runner.NetworkEgress:
+		if spec.Egress == nil {
+			return fmt.Errorf("create sandbox: network %q without an Egress: %w", spec.Network, runner.ErrInvalidSpec)
+		}
+	default:
+		return fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
+	}
+	switch spec.WorkspaceMode {
+	case "":
+		spec.WorkspaceMode = runner.WorkspaceNone
+		if spec.Workspace != "" {
+			spec.WorkspaceMode = runner.WorkspaceReadOnly
+		}
+	case runner.WorkspaceNone, runner.WorkspaceReadOnly, runner.WorkspaceReadWrite:
+	default:
+		return fmt.Errorf("create sandbox: workspace mode %q: %w", spec.WorkspaceMode, runner.ErrInvalidSpec)
+	}
+	if spec.WorkspaceMode != runner.WorkspaceNone {
+		if spec.Workspace == "" || !filepath.IsAbs(spec.Workspace) {
+			return fmt.Errorf("create sandbox: workspace %q must be an absolute path: %w", spec.Workspace, runner.ErrInvalidSpec)
+		}
+		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+			return fmt.Errorf("create sandbox: workspace %q is not a directory: %w", spec.Workspace, runner.ErrInvalidSpec)
+		}
+	}
+	if err := validLimits(spec.Limits); err != nil {
+		return fmt.Errorf("create sandbox: %w: %w", err, runner.ErrInvalidSpec)
+	}
+	for k := range spec.Labels {
+		if !validLabel.MatchString(k) || strings.HasPrefix(k, "sandboxd.") {
+			return fmt.Errorf("create sandbox: label %q: %w", k, runner.ErrInvalidSpec)
+		}
+	}
+	return nil
+}

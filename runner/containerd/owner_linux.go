@@ -1,0 +1,75 @@
+package containerd
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// labelOwnerProc records the owning process as "pid:starttime" (starttime in
+// clock ticks since boot, from /proc/<pid>/stat), so Reap can tell a dead
+// owner from a live sandboxd that shares the daemon, whatever the timing.
+const labelOwnerProc = "sandboxd.owner-proc"
+
+// selfProc is this process's owner-proc value, or "" if /proc is unreadable.
+var selfProc = procIdentity(os.Getpid())
+
+func procIdentity(pid int) string {
+	start, err := procStartTime(pid)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d", pid, start)
+}
+
+// procStartTime reads field 22 of /proc/<pid>/stat.
+func procStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may contain spaces and parentheses: the
+	// fields after it start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// ownerAlive reports whether the process recorded in an owner-proc label
+// still runs; known is false when the label is missing or malformed.
+func ownerAlive(label string) (alive, known bool) {
+	pidS, startS, ok := strings.Cut(label, ":")
+	if !ok {
+		return false, false
+	}
+	pid, err1 := strconv.Atoi(pidS)
+	start, err2 := strconv.ParseUint(startS, 10, 64)
+	if err1 != nil || err2 != nil || pid <= 0 {
+		return false, false
+	}
+	now, err := procStartTime(pid)
+	return err == nil && now == start && !procZombie(pid), true
+}
+
+// procZombie reports whether pid has exited but not been waited for (its
+// parent may never wait: a killed sandboxd's zombie still owns nothing).
+func procZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	state := b[i+2]
+	return state == 'Z' || state == 'X'
+}

@@ -1,0 +1,200 @@
+// Package containerd is the runner backend that gives each sandbox its own
+// containerd container (task) with the sandbox agent as pid 1, mirroring
+// the Docker runner.
+//
+// A sandbox is one container in its own containerd namespace (default
+// "sandboxd"): a read-only view snapshot of the image (overlayfs), fresh
+// /tmp and /dev/shm, the workspace bound at /workspace (or not at all), no
+// capabilities, no_new_privs, the tightened seccomp profile of package
+// policy, uid 65534, cgroup limits, and a network namespace with only
+// loopback (created and brought up by the runner, since the sandbox user
+// cannot). The agent binary is bind-mounted read-only from the host and
+// talks to sandboxd over a unix socket in a per-sandbox host directory
+// (StateDir/<instance>/<id>/run, mounted at /run/sandboxd). Its stdout and
+// stderr go to a log file beside it, read only for error messages: every
+// Exec, REPL and file operation goes through the agent channel.
+//
+// Lifecycle: New probes the daemon and the image snapshotter, reaps
+// sandboxes left by dead processes and starts the reconcile loop; Create
+// returns a started sandbox whose agent answered; Sandbox.Close removes
+// the task, the container, its snapshot, its network namespace and state
+// dir; Runner.Close stops the reconcile loop and the client (it does not
+// close open sandboxes).
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+
+	"github.com/sandboxd/sandboxd/policy"
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+var (
+	_ runner.Runner = (*Runner)(nil)
+	_ runner.Reaper = (*Runner)(nil)
+)
+
+// Labels on every managed container and snapshot.
+const (
+	LabelManaged = "sandboxd.managed"
+	LabelOwner   = "sandboxd.owner"
+	LabelSandbox = "sandboxd.sandbox"
+)
+
+// Timeouts of containerd calls: a daemon that does not answer is
+// unavailable, never a hang.
+const (
+	apiTimeout    = 15 * time.Second
+	createTimeout = 60 * time.Second
+	removeTimeout = 30 * time.Second
+	agentTimeout  = 10 * time.Second
+)
+
+// Runner creates containerd sandboxes. Safe for concurrent use.
+type Runner struct {
+	cfg     Config
+	c       *client.Client
+	runtime string // shim name
+	rtOpts  any    // shim options (runc options for runsc)
+	gvisor  bool
+	caps    runner.Capabilities
+	started time.Time
+
+	mu     sync.Mutex
+	live   map[string]*Sandbox     // by sandbox ID; nil value: being created
+	images map[string]client.Image // unpacked images by normalized name
+
+	stop     context.CancelFunc
+	loopDone chan struct{}
+	closing  sync.Once
+}
+
+// New connects to containerd, checks it and the default image, removes
+// orphaned sandboxes and starts the reconcile loop. An unreachable daemon
+// is an error wrapping runner.ErrUnavailable.
+func New(ctx context.Context, cfg Config) (*Runner, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg.Address, client.WithDefaultNamespace(cfg.Namespace), client.WithTimeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("containerd: client for %q: %w: %w", cfg.Address, runner.ErrUnavailable, err)
+	}
+	r := &Runner{cfg: cfg, c: c, live: map[string]*Sandbox{}, images: map[string]client.Image{}, started: time.Now()}
+	if err := r.init(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Runner) init(ctx context.Context) error {
+	if _, err := policy.SeccompOCI(false); err != nil {
+		return err
+	}
+	switch r.cfg.Runtime {
+	case "", "runc", RuntimeRunc:
+		r.runtime = RuntimeRunc
+	case RuntimeRunsc:
+		fi, err := os.Stat(r.cfg.RunscBinary)
+		if err != nil || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("containerd: runtime runsc: %s is not an executable (run scripts/containerd-setup.sh after installing gVisor): %w", r.cfg.RunscBinary, runner.ErrUnsupported)
+		}
+		r.runtime, r.rtOpts, r.gvisor = RuntimeRunc, runcOptions(r.cfg.RunscBinary), true
+	default:
+		r.runtime = r.cfg.Runtime
+	}
+	// 0711: containerd and the sandbox user traverse it; nobody lists it.
+	if err := os.MkdirAll(r.stateRoot(), 0o711); err != nil {
+		return fmt.Errorf("containerd: state dir: %w", err)
+	}
+	os.Chmod(r.cfg.StateDir, 0o711)
+	if err := r.probe(ctx); err != nil {
+		return err
+	}
+	if _, err := r.Reap(ctx); err != nil {
+		r.cfg.Logger.Warn("containerd runner: initial reconcile failed", "err", err)
+	}
+	loopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	r.stop, r.loopDone = stop, make(chan struct{})
+	go r.reconcileLoop(loopCtx)
+	return nil
+}
+
+func (r *Runner) probe(ctx context.Context) error {
+	if _, err := os.Stat(r.cfg.Address); err != nil {
+		return fmt.Errorf("containerd: socket %s: %w: %w", r.cfg.Address, runner.ErrUnavailable, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := r.c.Version(cctx); err != nil {
+		return r.wrap("version", err)
+	}
+	if _, err := r.image(cctx, r.cfg.Image); err != nil {
+		// Not fatal: a spec may name another image.
+		r.cfg.Logger.Warn("containerd runner: default image unusable", "image", r.cfg.Image, "err", err)
+	}
+	// The isolation this runner sets up is all in the OCI spec that runc
+	// (or runsc) enforces; a runtime that cannot refuses to start.
+	r.caps = runner.Capabilities{PIDNamespace: true, MountNamespace: true, NetNamespace: true, Cgroups: true, Seccomp: true, Network: true}
+	return nil
+}
+
+// Name implements runner.Runner.
+func (r *Runner) Name() string { return "containerd" }
+
+// Capabilities implements runner.Runner.
+func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
+
+// Close stops the reconcile loop and closes the client. Open sandboxes are
+// not closed (close them first). Idempotent.
+func (r *Runner) Close(ctx context.Context) error {
+	var err error
+	r.closing.Do(func() {
+		if r.stop != nil {
+			r.stop()
+			select {
+			case <-r.loopDone:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		if cerr := r.c.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		os.Remove(r.stateRoot()) // only once empty: no open sandbox
+	})
+	return err
+}
+
+// wrap classifies a containerd error: a daemon that cannot be reached or
+// does not answer in time is runner.ErrUnavailable.
+func (r *Runner) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if unavailable(err) {
+		return fmt.Errorf("containerd: %s: daemon at %s unavailable: %w: %w", op, r.cfg.Address, runner.ErrUnavailable, err)
+	}
+	return fmt.Errorf("containerd: %s: %w", op, err)
+}
+
+func unavailable(err error) bool {
+	err = errgrpc.ToNative(err)
+	if errdefs.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded) || errdefs.IsDeadlineExceeded(err) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "no such file or directory")
+}

@@ -1,0 +1,136 @@
+package containerd
+
+import (
+	"fmt"
+	"path"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// Paths inside the container (those of the Docker runner).
+const (
+	agentBinary = "/run/sandboxd-agent/sandbox-agent"
+	agentDir    = "/run/sandboxd"
+	agentSocket = agentDir + "/agent.sock"
+	sandboxUID  = 65534
+)
+
+// maskedPaths and readonlyPaths are Docker's defaults: kernel interfaces a
+// container must not read or write.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+		"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
+	}
+	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+// specInput is everything one sandbox's OCI spec depends on.
+type specInput struct {
+	ID        string
+	Namespace string // containerd namespace: the cgroup parent
+	Spec      runner.SandboxSpec
+	Limits    runner.Limits
+	AgentPath string
+	RunDir    string // host dir mounted at /run/sandboxd
+	NetnsPath string // host path of the sandbox's network namespace
+	TmpBytes  int64
+	Seccomp   *specs.LinuxSeccomp
+	// GVisor adapts the limits to runsc (see gvisor.go).
+	GVisor bool
+}
+
+// agentArgs is the agent's command line. env -i: runc adds HOME to an
+// environment that lacks it, and the agent passes its own environment to
+// every process.
+func agentArgs(egress bool) []string {
+	args := []string{"/usr/bin/env", "-i", agentBinary, "--socket", agentSocket, "--root", runner.WorkspaceDir}
+	if egress {
+		args = append(args, "--egress-listen", runner.EgressProxyAddr, "--egress-socket", runner.EgressSocketPath)
+	}
+	return args
+}
+
+// buildSpec is the whole isolation of one sandbox as an OCI runtime spec:
+// read-only root, fresh /tmp and /dev/shm, the agent bound read-only, the
+// run dir and the workspace (per WorkspaceMode), every namespace but the
+// user one (the network one prepared by the runner), no capabilities,
+// no_new_privs, uid 65534, cgroup limits, rlimits, masked /proc paths and
+// seccomp. Pure: tests check it without a daemon.
+func buildSpec(in specInput) *specs.Spec {
+	l := in.Limits
+	tmp := fmt.Sprintf("size=%d", in.TmpBytes)
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", tmp}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmp}},
+		// Root-owned and read-only to the sandbox user: it only holds
+		// the mount points of the agent and its dir, which runc cannot
+		// create in the read-only root.
+		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=755", "size=1m"}},
+		{Destination: agentBinary, Type: "bind", Source: in.AgentPath, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}},
+		{Destination: agentDir, Type: "bind", Source: in.RunDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec", "rprivate"}},
+	}
+	switch in.Spec.WorkspaceMode {
+	case runner.WorkspaceReadOnly:
+		mounts = append(mounts, specs.Mount{Destination: runner.WorkspaceDir, Type: "bind", Source: in.Spec.Workspace, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}})
+	case runner.WorkspaceReadWrite:
+		mounts = append(mounts, specs.Mount{Destination: runner.WorkspaceDir, Type: "bind", Source: in.Spec.Workspace, Options: []string{"rbind", "rw", "nosuid", "nodev", "rprivate"}})
+	}
+
+	memory, pids := l.MemoryBytes, l.PIDs
+	rlimits := []specs.POSIXRlimit{
+		{Type: "RLIMIT_NOFILE", Soft: uint64(l.NoFile), Hard: uint64(l.NoFile)},
+		{Type: "RLIMIT_FSIZE", Soft: uint64(l.FileSize), Hard: uint64(l.FileSize)},
+		{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
+	}
+	if in.GVisor {
+		pids = gvisorHostPIDs(l.PIDs)
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Soft: uint64(l.PIDs), Hard: uint64(l.PIDs)})
+	}
+	period := uint64(100_000)
+	quota := l.CPUMillis * int64(period) / 1000
+	return &specs.Spec{
+		Version:  specs.Version,
+		Hostname: "sandbox",
+		Root:     &specs.Root{Path: "rootfs", Readonly: true},
+		Process: &specs.Process{
+			Args: agentArgs(in.Spec.Network == runner.NetworkEgress),
+			// The agent adds PATH and passes each Exec only what it
+			// asks for.
+			Env:             []string{},
+			Cwd:             "/",
+			User:            specs.User{UID: sandboxUID, GID: sandboxUID},
+			NoNewPrivileges: true,
+			Capabilities:    &specs.LinuxCapabilities{Bounding: []string{}, Effective: []string{}, Permitted: []string{}, Inheritable: []string{}, Ambient: []string{}},
+			Rlimits:         rlimits,
+		},
+		Mounts: mounts,
+		Linux: &specs.Linux{
+			CgroupsPath: path.Join("/", in.Namespace, in.ID),
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.NetworkNamespace, Path: in.NetnsPath},
+			},
+			Resources: &specs.LinuxResources{
+				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+				Memory:  &specs.LinuxMemory{Limit: &memory, Swap: &memory},
+				Pids:    &specs.LinuxPids{Limit: &pids},
+				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
+			},
+			MaskedPaths:   append([]string(nil), maskedPaths...),
+			ReadonlyPaths: append([]string(nil), readonlyPaths...),
+			Seccomp:       in.Seccomp,
+		},
+	}
+}

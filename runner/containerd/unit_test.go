@@ -1,0 +1,253 @@
+package containerd
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxd/sandboxd/policy"
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+func TestBuildSpec(t *testing.T) {
+	t.Parallel()
+	sc, err := policy.SeccompOCI(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode   runner.WorkspaceMode
+		net    runner.NetworkMode
+		wsOpt  string // "" = no workspace mount
+		egress bool
+	}{
+		{runner.WorkspaceNone, runner.NetworkNone, "", false},
+		{runner.WorkspaceReadOnly, runner.NetworkNone, "ro", false},
+		{runner.WorkspaceReadWrite, runner.NetworkEgress, "rw", true},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			l := builtinDefaults
+			s := buildSpec(specInput{
+				ID: "sb1", Namespace: "ns", Spec: runner.SandboxSpec{Workspace: "/w", WorkspaceMode: tc.mode, Network: tc.net},
+				Limits: l, AgentPath: "/opt/agent", RunDir: "/state/sb1/run", NetnsPath: "/state/sb1/netns", TmpBytes: 1 << 20, Seccomp: sc,
+			})
+			p := s.Process
+			if p.User.UID != sandboxUID || p.User.GID != sandboxUID || !p.NoNewPrivileges {
+				t.Errorf("user %+v nnp %v", p.User, p.NoNewPrivileges)
+			}
+			c := p.Capabilities
+			if len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) != 0 {
+				t.Errorf("capabilities %+v", c)
+			}
+			if len(p.Env) != 0 || p.Args[0] != "/usr/bin/env" || p.Args[1] != "-i" || p.Args[2] != agentBinary {
+				t.Errorf("env %v args %v", p.Env, p.Args)
+			}
+			if got := slices.Contains(p.Args, "--egress-listen"); got != tc.egress {
+				t.Errorf("egress flags %v in %v", got, p.Args)
+			}
+			if !s.Root.Readonly {
+				t.Error("root is writable")
+			}
+			mounts := map[string][]string{}
+			for _, m := range s.Mounts {
+				mounts[m.Destination] = m.Options
+			}
+			for dst, opt := range map[string]string{agentBinary: "ro", agentDir: "rw", "/tmp": "size=1048576", "/dev/shm": "size=1048576", "/sys": "ro"} {
+				if !slices.Contains(mounts[dst], opt) {
+					t.Errorf("mount %s options %v, want %s", dst, mounts[dst], opt)
+				}
+			}
+			if ws, ok := mounts[runner.WorkspaceDir]; (tc.wsOpt == "") == ok || ok && !slices.Contains(ws, tc.wsOpt) {
+				t.Errorf("workspace mount %v present %v, want %q", ws, ok, tc.wsOpt)
+			}
+			lin := s.Linux
+			var netns string
+			types := map[specs.LinuxNamespaceType]bool{}
+			for _, ns := range lin.Namespaces {
+				types[ns.Type] = true
+				if ns.Type == specs.NetworkNamespace {
+					netns = ns.Path
+				}
+			}
+			for _, want := range []specs.LinuxNamespaceType{specs.PIDNamespace, specs.IPCNamespace, specs.UTSNamespace, specs.MountNamespace, specs.NetworkNamespace} {
+				if !types[want] {
+					t.Errorf("no %s namespace", want)
+				}
+			}
+			if netns != "/state/sb1/netns" {
+				t.Errorf("netns path %q", netns)
+			}
+			r := lin.Resources
+			if *r.Memory.Limit != l.MemoryBytes || *r.Memory.Swap != l.MemoryBytes || *r.Pids.Limit != l.PIDs || *r.CPU.Quota != 100_000 || *r.CPU.Period != 100_000 {
+				t.Errorf("resources memory %d swap %d pids %d cpu %d/%d", *r.Memory.Limit, *r.Memory.Swap, *r.Pids.Limit, *r.CPU.Quota, *r.CPU.Period)
+			}
+			if lin.CgroupsPath != "/ns/sb1" {
+				t.Errorf("cgroups path %q", lin.CgroupsPath)
+			}
+			if !slices.Contains(lin.MaskedPaths, "/proc/kcore") || !slices.Contains(lin.ReadonlyPaths, "/proc/sys") {
+				t.Errorf("masked %v readonly %v", lin.MaskedPaths, lin.ReadonlyPaths)
+			}
+			if lin.Seccomp != sc {
+				t.Error("seccomp profile not the policy's")
+			}
+			rl := map[string]uint64{}
+			for _, r := range p.Rlimits {
+				rl[r.Type] = r.Hard
+			}
+			if rl["RLIMIT_NOFILE"] != uint64(l.NoFile) || rl["RLIMIT_FSIZE"] != uint64(l.FileSize) || rl["RLIMIT_CORE"] != 0 {
+				t.Errorf("rlimits %v", rl)
+			}
+		})
+	}
+}
+
+func TestCheckSpec(t *testing.T) {
+	t.Parallel()
+	r := &Runner{cfg: Config{Namespace: DefaultNamespace}}
+	ws := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		spec runner.SandboxSpec
+		ok   bool
+	}{
+		{"default", runner.SandboxSpec{}, true},
+		{"egress without Egress", runner.SandboxSpec{Network: runner.NetworkEgress}, false},
+		{"bad network", runner.SandboxSpec{Network: "host"}, false},
+		{"bad id", runner.SandboxSpec{ID: "../x"}, false},
+		{"relative workspace", runner.SandboxSpec{Workspace: "w", WorkspaceMode: runner.WorkspaceReadOnly}, false},
+		{"workspace", runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite}, true},
+		{"reserved label", runner.SandboxSpec{Labels: map[string]string{"sandboxd.owner": "x"}}, false},
+		{"tiny memory", runner.SandboxSpec{Limits: runner.Limits{MemoryBytes: 1 << 20}}, false},
+	} {
+		err := r.checkSpec(&tc.spec)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+func TestMergeLimits(t *testing.T) {
+	t.Parallel()
+	got := mergeLimits(runner.Limits{MemoryBytes: 1 << 40, PIDs: 10}, builtinDefaults)
+	if got.MemoryBytes != builtinDefaults.MemoryBytes || got.PIDs != 10 || got.Timeout != time.Minute {
+		t.Errorf("mergeLimits = %+v", got)
+	}
+}
+
+func TestOwnerAlive(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		label        string
+		alive, known bool
+	}{
+		{selfProc, true, true},
+		{fmt.Sprintf("%d:1", os.Getpid()), false, true},
+		{"999999999:5", false, true},
+		{"", false, false},
+		{"abc:def", false, false},
+	} {
+		alive, known := ownerAlive(tc.label)
+		if alive != tc.alive || known != tc.known {
+			t.Errorf("ownerAlive(%q) = %v, %v; want %v, %v", tc.label, alive, known, tc.alive, tc.known)
+		}
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/x\134y`: `/x\y`, `/bad\09`: `/bad\09`} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestNormalizeRef(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"sandboxd/python:latest":           "docker.io/sandboxd/python:latest",
+		"sandboxd/python":                  "docker.io/sandboxd/python:latest",
+		"registry.local/x/y:1":             "registry.local/x/y:1",
+		"docker.io/sandboxd/python:latest": "docker.io/sandboxd/python:latest",
+	} {
+		if got := normalizeRef(in); got != want {
+			t.Errorf("normalizeRef(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestNetns: the namespace has loopback up and nothing else, and goes
+// away on removal. Needs root (CAP_SYS_ADMIN).
+func TestNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	path := t.TempDir() + "/netns"
+	if err := newNetns(path); err != nil {
+		t.Fatal(err)
+	}
+	defer removeNetns(path)
+	ifaces, up, err := netnsLinks(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ifaces, []string{"lo"}) || !up {
+		t.Fatalf("links %v, lo up %v; want only lo, up", ifaces, up)
+	}
+	if err := removeNetns(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("netns pin still there: %v", err)
+	}
+}
+
+func TestOrphan(t *testing.T) {
+	t.Parallel()
+	r := &Runner{cfg: Config{InstanceID: "me"}, live: map[string]*Sandbox{"held": nil}, started: time.Now()}
+	old, recent := time.Now().Add(-time.Hour), time.Now()
+	for _, tc := range []struct {
+		name    string
+		labels  map[string]string
+		created time.Time
+		want    bool
+	}{
+		{"ours, held", map[string]string{LabelOwner: "me", LabelSandbox: "held"}, old, false},
+		{"ours, not held", map[string]string{LabelOwner: "me", LabelSandbox: "gone"}, recent, true},
+		{"other, live owner", map[string]string{LabelOwner: "x", labelOwnerProc: selfProc}, old, false},
+		{"other, dead owner, recent", map[string]string{LabelOwner: "x", labelOwnerProc: "999999999:1"}, recent, true},
+		{"other, unknown owner, old", map[string]string{LabelOwner: "x"}, old, true},
+		{"other, unknown owner, recent", map[string]string{LabelOwner: "x"}, recent, false},
+	} {
+		if got := r.orphan(tc.labels, tc.created); got != tc.want {
+			t.Errorf("%s: orphan = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestOwnerZombie: a killed owner that nobody waited for is dead.
+func TestOwnerZombie(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	label := procIdentity(cmd.Process.Pid)
+	if alive, _ := ownerAlive(label); !alive {
+		t.Fatal("running owner reported dead")
+	}
+	cmd.Process.Kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for !procZombie(cmd.Process.Pid) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if alive, known := ownerAlive(label); alive || !known {
+		t.Fatalf("zombie owner: alive %v known %v", alive, known)
+	}
+}
