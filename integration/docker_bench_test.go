@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -134,4 +135,78 @@ func sessionCall(ctx context.Context, c *http.Client, base, session, code string
 		return fmt.Errorf("session call: status %d job %+v", resp.StatusCode, j)
 	}
 	return nil
+}
+
+// BenchmarkRuntimes is BenchmarkDockerPython's API columns for every
+// container runner and runtime, side by side in one run: Docker and
+// containerd, each under runc and under gVisor (runsc), with the raw
+// daemon CLIs as baselines. Each server runs only while its columns are
+// measured (a warm pool refilling in the background would slow the
+// others).
+//
+//	<runner>-<runtime>/api-oneshot   python_repl print(1), pooled sandbox, paced
+//	<runner>-<runtime>/api-session   the same call in a warm session (REPL)
+//	ctr-run, ctr-exec                containerd's CLI: a fresh task, an exec
+func BenchmarkRuntimes(b *testing.B) {
+	needDocker(b)
+	const image = "docker.io/sandboxd/python:latest"
+	ctr := func(args ...string) error {
+		out, err := exec.Command("ctr", append([]string{"-n", "sandboxd"}, args...)...).CombinedOutput()
+		if err == nil && strings.TrimSpace(string(out)) != "1" {
+			err = fmt.Errorf("ctr %v: %q", args, out)
+		}
+		return err
+	}
+	if err := exec.Command("ctr", "-n", "sandboxd", "images", "check", "name=="+image).Run(); err != nil {
+		b.Fatalf("containerd lacks %s (scripts/containerd-setup.sh imports it): %v", image, err)
+	}
+	b.Run("ctr-run", func(b *testing.B) {
+		n := 0
+		measure(b, func() error {
+			n++
+			return ctr("run", "--rm", image, fmt.Sprintf("bench-run-%d-%d", time.Now().UnixNano(), n), "python3", "-c", "print(1)")
+		})
+	})
+	b.Run("ctr-exec", func(b *testing.B) {
+		name := fmt.Sprintf("bench-exec-%d", time.Now().UnixNano())
+		if out, err := exec.Command("ctr", "-n", "sandboxd", "run", "-d", image, name, "sleep", "infinity").CombinedOutput(); err != nil {
+			b.Fatalf("ctr run -d: %v %s", err, out)
+		}
+		defer func() {
+			exec.Command("ctr", "-n", "sandboxd", "task", "kill", "-s", "SIGKILL", name).Run()
+			time.Sleep(200 * time.Millisecond)
+			exec.Command("ctr", "-n", "sandboxd", "task", "rm", "-f", name).Run()
+			exec.Command("ctr", "-n", "sandboxd", "container", "rm", name).Run()
+		}()
+		n := 0
+		measure(b, func() error {
+			n++
+			return ctr("task", "exec", "--exec-id", fmt.Sprintf("e%d", n), name, "python3", "-c", "print(1)")
+		})
+	})
+	for _, rt := range []struct{ runner, runtime string }{
+		{"docker", ""}, {"docker", "runsc"}, {"containerd", ""}, {"containerd", "runsc"},
+	} {
+		name := rt.runner + "-" + rt.runtime
+		if rt.runtime == "" {
+			name += "runc"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := startServer(b, runtimePoolConfig(rt.runner, rt.runtime, 2))
+			defer s.stop(syscall.SIGTERM)
+			client := &http.Client{}
+			b.Run("api-oneshot", func(b *testing.B) {
+				measurePaced(b, func() error { return waitPoolReady(s.URL, 2) },
+					func() error { return apiCall(client, s.URL, "python_repl", map[string]any{"code": "print(1)"}) })
+			})
+			b.Run("api-session", func(b *testing.B) {
+				id, err := createSession(context.Background(), s.URL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer deleteSession(s.URL, id)
+				measure(b, func() error { return sessionCall(context.Background(), client, s.URL, id, "print(1)") })
+			})
+		})
+	}
 }

@@ -58,23 +58,26 @@ func (s *Service) httpOptions(tenant string) *tools.HTTPOptions {
 	return &o
 }
 
-// recordEgress appends an egress decision to a job's audit (bounded).
+// recordEgress appends an egress decision to a job's audit (bounded). A
+// decision the proxy records after the job ended (a connection closing
+// late) is written to the store too.
 func (s *Service) recordEgress(e *entry, r EgressRecord) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.job.Egress) < maxEgressRecords {
-		e.job.Egress = append(e.job.Egress, r)
+	if len(e.job.Egress) >= maxEgressRecords {
+		return
+	}
+	e.job.Egress = append(e.job.Egress, r)
+	if e.job.State.Terminal() {
+		s.storeUpdate(e.job)
 	}
 }
 
-// recordSessionEgress appends an egress decision to the session's running
+// recordSessionEgress appends an egress decision to the session's current
 // job (its jobs run one at a time).
 func (s *Service) recordSessionEgress(ls *liveSession, r EgressRecord) {
 	ls.mu.Lock()
-	var id string
-	if len(ls.order) > 0 {
-		id = ls.order[0]
-	}
+	id := ls.current
 	ls.mu.Unlock()
 	if id == "" {
 		return

@@ -264,7 +264,9 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 		streamCap = defaultStreamBytes
 	}
 	env := cmd.Env
-	if tool.HasEffect(tools.EffectHTTP) {
+	// The sandbox's network is egress when the tool or the session has
+	// the http effect: point HTTP clients at its proxy.
+	if tool.HasEffect(tools.EffectHTTP) || (ls != nil && slices.Contains(ls.snapshot().Effects, tools.EffectHTTP)) {
 		env = append(slices.Clip(env), proxyEnv...)
 	}
 	p := runner.Process{

@@ -68,10 +68,8 @@ func (s *Service) submitRefused(ctx context.Context, j *Job, d policy.Decision) 
 	if msg == "" {
 		msg = "the call was refused by the tenant's policy"
 	}
+	// The guard's reason already says when a retry may pass.
 	j.Result = &tools.Result{OK: false, Error: "refused by policy: " + msg}
-	if d.RetryAfter > 0 {
-		j.Result.Error += fmt.Sprintf(" (retry after %s)", d.RetryAfter.Round(time.Second))
-	}
 	e := newEntry(j, nil, nil, s.cfg.EventHistory)
 	if err := s.st.Create(ctx, j); err != nil {
 		if j.IdempotencyKey != "" && errors.Is(err, ErrConflict) {

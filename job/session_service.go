@@ -34,6 +34,9 @@ type liveSession struct {
 	order  []string       // job IDs waiting or running, oldest first
 	turn   chan struct{}  // closed and replaced whenever order changes
 	closed bool
+	// current is the job that ran last (or runs): the sandbox's egress
+	// decisions belong to it, also those recorded just after it ended.
+	current string
 }
 
 func (ls *liveSession) snapshot() *Session {
@@ -81,6 +84,7 @@ func (ls *liveSession) waitTurn(ctx context.Context, id string, limit time.Durat
 			return ErrSessionClosed
 		}
 		if len(ls.order) > 0 && ls.order[0] == id {
+			ls.current = id
 			ls.mu.Unlock()
 			return nil
 		}

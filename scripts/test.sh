@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what the tests need (packages, dockerd, the
-# sandbox images), then runs formatting and vet checks, unit tests with the
-# race detector (the Docker runner's against the real dockerd), short fuzz
-# runs and the integration tests (which start real sandboxd processes).
+# sandbox images, gVisor's runsc, containerd), then runs formatting and vet
+# checks, unit tests with the race detector (the Docker and containerd
+# runners' against the real daemons, under runc and under runsc), short fuzz
+# runs and the integration tests (which start real sandboxd processes, a
+# real Prometheus and headless Chromium).
 #
 #   FUZZTIME=10s   time per fuzz target (0 skips fuzzing)
-#   SKIP_SETUP=1   skip installing packages, starting dockerd and building images
+#   SKIP_SETUP=1   skip installing packages, starting the daemons and building images
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -14,9 +16,11 @@ if [ "${SKIP_SETUP:-}" != 1 ]; then
 	bash scripts/setup.sh
 	bash scripts/docker-setup.sh
 	bash scripts/build-images.sh
+	bash scripts/gvisor-setup.sh      # cold: builds runsc (minutes); cached after
+	bash scripts/containerd-setup.sh  # after gvisor-setup: registers the runsc wrapper
 fi
-# Backends whose daemon is missing must fail here, not skip.
-export SANDBOXD_REQUIRE_DOCKER=1
+# Backends, runtimes and tools that are missing must fail here, not skip.
+export SANDBOXD_REQUIRE_DOCKER=1 SANDBOXD_REQUIRE_CONTAINERD=1 SANDBOXD_REQUIRE_GVISOR=1 SANDBOXD_REQUIRE_TOOLS=1
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

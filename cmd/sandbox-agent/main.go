@@ -32,6 +32,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/agent"
@@ -54,6 +56,10 @@ func run() error {
 	egressListen := flag.String("egress-listen", "", "TCP address of the sandbox's HTTP proxy (127.0.0.1:3128); needs --egress-socket")
 	egressSocket := flag.String("egress-socket", "", "unix socket of sandboxd's egress proxy that --egress-listen forwards to")
 	flag.Parse()
+	// Under a full pids limit (a fork bomb in the sandbox) the Go runtime
+	// cannot start a thread it needs and dies; threads started now stay
+	// idle in the runtime's pool for later.
+	prewarmThreads(16)
 	if (*socket == "") == !*stdio {
 		return errors.New("exactly one of --socket or --stdio is required")
 	}
@@ -130,4 +136,21 @@ func baseEnv() []string {
 		}
 	}
 	return append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+}
+
+// prewarmThreads makes the runtime start n OS threads and keep them idle.
+func prewarmThreads(n int) {
+	var ready, release sync.WaitGroup
+	release.Add(1)
+	for range n {
+		ready.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			ready.Done()
+			release.Wait()
+			runtime.UnlockOSThread()
+		}()
+	}
+	ready.Wait()
+	release.Done()
 }

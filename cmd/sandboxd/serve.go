@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/store"
 	"github.com/sandboxd/sandboxd/tools"
@@ -23,8 +25,9 @@ import (
 )
 
 var (
-	_ api.JobService     = (*job.Service)(nil)
-	_ api.SessionService = (*job.Service)(nil)
+	_ api.JobService      = (*job.Service)(nil)
+	_ api.SessionService  = (*job.Service)(nil)
+	_ api.ApprovalService = (*job.Service)(nil)
 )
 
 // longPollGrace is how long Shutdown lets in-flight requests end on their
@@ -61,7 +64,19 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	policies := cfg.Policies()
+	guard, err := policy.NewGuard(policies, policy.GuardOptions{Registerer: promReg})
+	if err != nil {
+		return err
+	}
+	proxy, err := egress.New(egress.Options{Registerer: promReg, Logger: log.With("component", "egress")})
+	if err != nil {
+		return err
+	}
 	svc, err := job.New(job.Config{
+		Guard:     guard,
+		Policies:  policies,
+		Egress:    newEgressProvider(proxy, policies),
 		Workers:   cfg.Queue.Workers,
 		QueueSize: cfg.Queue.Size,
 		Ceilings:  ceilings.runner(),
