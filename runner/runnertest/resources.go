@@ -156,7 +156,13 @@ func (s *suite) testClose(t *testing.T) {
 		if err != nil {
 			return 0
 		}
-		return strings.Count("\n"+string(res.Stdout), "\nsleep "+tok+" \n")
+		n := 0
+		for _, line := range strings.Split(string(res.Stdout), "\n") {
+			if strings.TrimSpace(line) == "sleep "+tok {
+				n++
+			}
+		}
+		return n
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for procs() < want && time.Now().Before(deadline) {
