@@ -29,12 +29,23 @@ func TestDashboard(t *testing.T) {
 tenants:
   - name: alice
     api_keys: [key-alice]
+    policy:
+      rules:
+        - tool: write_file
+          action: deny
+      budgets:
+        - effect: exec
+          limit: 50
+          per: 24h
 `)
 	for i := range 3 {
 		s.run("key-alice", "calculator", map[string]any{"expression": fmt.Sprintf("%d*7", i)})
 	}
 	s.run("key-alice", "calculator", map[string]any{"expression": "1/0"})
 	s.run("key-alice", "bash", map[string]any{"command": "echo hi"})
+	if j := s.run("key-alice", "write_file", map[string]any{"path": "x", "content": "y"}); j.Reason != "denied" {
+		t.Fatalf("write_file under a deny rule: %+v", j)
+	}
 
 	ctx, console := newBrowser(t, chromium)
 	if err := chromedp.Do(ctx, chromedp.Navigate(s.URL+"/")); err != nil {
@@ -87,6 +98,8 @@ tenants:
 		`sandboxd_jobs_totalmap[outcome:ok tool:bash]`,
 		`sandboxd_effects_spent_totalmap[effect:exec tenant:alice]`,
 		`sandboxd_job_duration_seconds_countmap[tool:calculator]`,
+		`sandboxd_guard_decisions_totalmap[outcome:deny rule:rules[0]]`,
+		`sandboxd_guard_decisions_totalmap[outcome:allow rule:default]`,
 	} {
 		if !checked[must] {
 			t.Errorf("the page shows no %s; it shows %v", must, checked)
@@ -114,6 +127,15 @@ tenants:
 		case ok && c.Value != formatFloat(want):
 			t.Errorf("tile %s: %q (value %q), /metrics says %v", c.Metric, c.Text, c.Value, want)
 		}
+	}
+
+	// Budget remaining: the exec budget after the one bash call.
+	budget, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(function () {
+		var c = document.querySelector('#budgets [data-metric="sandboxd_guard_budget_remaining"]');
+		return c ? c.dataset.value : 'none';
+	})()`))
+	if want, ok := metricSum(families, "sandboxd_guard_budget_remaining", map[string]string{"effect": "exec"}); err != nil || !ok || want != 49 || budget != formatFloat(want) {
+		t.Errorf("budget remaining on the page %q (%v), /metrics %v (present %v), want 49", budget, err, want, ok)
 	}
 
 	// Latency: a p50 for calculator within the histogram's range.

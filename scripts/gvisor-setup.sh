@@ -16,6 +16,9 @@
 # keeps running containers alive; only if that does not register runsc is
 # dockerd restarted, the way scripts/docker-setup.sh starts it.
 #
+# --build-only: only build (or find cached) runsc; needs Go, not dockerd, so
+# scripts/test.sh runs it in the background while the images build.
+#
 # Env: GVISOR_VERSION, GVISOR_CACHE, DOCKERD_LOG (default /var/log/dockerd.log),
 #      DOCKER_WAIT (seconds, default 60).
 set -euo pipefail
@@ -60,13 +63,13 @@ build() { # $1 package, $2 binary name
 	local start=$SECONDS
 	# Outside any module, so the project's go.mod does not interfere.
 	(cd / && GOBIN="$cache/bin" CGO_ENABLED=0 GOFLAGS=-buildvcs=false go install "$1@$version")
-	# go install names the shim after its package directory.
-	if [ "$2" != "$(basename "$1")" ]; then
-		mv -f "$cache/bin/$(basename "$1")" "$bin"
-	fi
 	echo "gvisor-setup: built $2 in $((SECONDS - start))s" >&2
 }
 build gvisor.dev/gvisor/runsc runsc
+if [ "${1:-}" = --build-only ]; then
+	echo "gvisor-setup: runsc $version built (cached in $cache/bin)"
+	exit 0
+fi
 
 installed=()
 for b in runsc; do

@@ -14,9 +14,14 @@ export PATH="/usr/local/go/bin:$PATH"
 
 if [ "${SKIP_SETUP:-}" != 1 ]; then
 	bash scripts/setup.sh
+	# Cold, runsc takes minutes to compile: build it while the images build.
+	bash scripts/gvisor-setup.sh --build-only >/tmp/sandboxd-gvisor-build.log 2>&1 &
+	gvisor_build=$!
 	bash scripts/docker-setup.sh
 	bash scripts/build-images.sh
-	bash scripts/gvisor-setup.sh      # cold: builds runsc (minutes); cached after
+	wait "$gvisor_build" || { cat /tmp/sandboxd-gvisor-build.log; exit 1; }
+	cat /tmp/sandboxd-gvisor-build.log
+	bash scripts/gvisor-setup.sh      # install runsc, register it with dockerd
 	bash scripts/containerd-setup.sh  # after gvisor-setup: registers the runsc wrapper
 fi
 # Backends, runtimes and tools that are missing must fail here, not skip.
