@@ -110,6 +110,18 @@ func (e *sandboxEgress) refuse(ip netip.Addr) string {
 	return why
 }
 
+// protected reports whether ip:port is one of Options.Protected (an
+// unspecified protected address covers its port on every address).
+func (e *sandboxEgress) protected(ip netip.Addr, port int) bool {
+	ip = ip.Unmap()
+	for _, ap := range e.p.opts.Protected {
+		if int(ap.Port()) == port && (ap.Addr().Unmap() == ip || ap.Addr().IsUnspecified()) {
+			return true
+		}
+	}
+	return false
+}
+
 // control is the dialer's last check, on the socket address just before
 // connect(2).
 func (e *sandboxEgress) control(network, address string, _ syscall.RawConn) error {
@@ -119,6 +131,9 @@ func (e *sandboxEgress) control(network, address string, _ syscall.RawConn) erro
 	}
 	if why := e.refuse(ap.Addr()); why != "" {
 		return fmt.Errorf("egress: refusing %s: %s", ap.Addr(), why)
+	}
+	if e.protected(ap.Addr(), int(ap.Port())) {
+		return fmt.Errorf("egress: refusing %s: sandboxd's own address", ap)
 	}
 	return nil
 }
@@ -157,6 +172,10 @@ func (e *sandboxEgress) decide(ctx context.Context, method, host string, port in
 		}
 		if why := e.refuse(ip); why != "" {
 			refused = append(refused, fmt.Sprintf("%s (%s)", ip, why))
+			continue
+		}
+		if e.protected(ip, port) {
+			refused = append(refused, fmt.Sprintf("%s (sandboxd's own API, never reachable from a sandbox)", netip.AddrPortFrom(ip.Unmap(), uint16(port))))
 			continue
 		}
 		ips = append(ips, ip.Unmap())

@@ -52,6 +52,10 @@ type Options struct {
 	// MaxConnsPerSandbox caps the connections one sandbox has open to the
 	// proxy at once; further connections wait to be accepted.
 	MaxConnsPerSandbox int
+	// Protected are addresses no sandbox may reach whatever its tenant's
+	// policy says (sandboxd's own API). An unspecified address (0.0.0.0,
+	// ::) protects that port on every address.
+	Protected []netip.AddrPort
 }
 
 // Proxy is the egress proxy shared by all sandboxes. Safe for concurrent

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -603,5 +604,26 @@ sandboxd_egress_requests_total{decision="denied",tenant="acme"} 1
 	}
 	if _, err := New(Options{Registerer: e.reg}); err == nil {
 		t.Fatal("registering the metrics twice succeeded")
+	}
+}
+
+// sandboxd's own API is never reachable, even for a tenant whose policy
+// allows its address and port (Options.Protected).
+func TestProtectedAddress(t *testing.T) {
+	t.Parallel()
+	for _, protected := range []string{"127.0.0.1", "0.0.0.0"} {
+		var hits atomic.Int64
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+		t.Cleanup(ts.Close)
+		port := ts.Listener.Addr().(*net.TCPAddr).Port
+		e := newEnv(t, loopbackPolicy(port), newResolver("allowed.test", "127.0.0.1"),
+			Options{Protected: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(protected), uint16(port))}})
+		code, body := get(t, e.client(nil), "GET", fmt.Sprintf("http://allowed.test:%d/", port), "")
+		if code != http.StatusForbidden || !strings.Contains(body, "sandboxd's own API") {
+			t.Fatalf("protected %s: status %d: %s", protected, code, body)
+		}
+		if n := hits.Load(); n != 0 {
+			t.Fatalf("protected %s: the origin saw %d requests", protected, n)
+		}
 	}
 }

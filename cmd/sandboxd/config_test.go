@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -266,5 +267,20 @@ func TestExamplePolicy(t *testing.T) {
 	p := cfg.Policies()["alice"]
 	if len(p.Rules) != 2 || len(p.Budgets) != 2 || len(p.ToolLimits) != 1 || p.RateLimit == nil || len(p.Egress.Allow) != 3 {
 		t.Fatalf("policy %+v", p)
+	}
+}
+
+func TestAPIAddrs(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]string{
+		"127.0.0.1:8080": "[127.0.0.1:8080]",
+		":9000":          "[0.0.0.0:9000 [::]:9000]",
+		"[::1]:8080":     "[[::1]:8080]",
+		"127.0.0.1:0":    "[]",
+		"bad":            "[]",
+	} {
+		if got := fmt.Sprint(apiAddrs(t.Context(), addr)); got != want {
+			t.Errorf("apiAddrs(%q) = %s, want %s", addr, got, want)
+		}
 	}
 }

@@ -1,6 +1,11 @@
 package main
 
 import (
+	"context"
+	"net"
+	"net/netip"
+	"strconv"
+
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/policy"
@@ -38,4 +43,32 @@ func (e *egressProvider) For(tenant, session string, record func(job.EgressRecor
 			record(r)
 		},
 	})
+}
+
+// apiAddrs are the addresses sandboxd's API listens on (addr as in the
+// config), which the egress proxy refuses whatever a tenant's policy allows.
+// An empty host is every address (0.0.0.0 and ::); a name is resolved.
+func apiAddrs(ctx context.Context, addr string) []netip.AddrPort {
+	host, portS, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	port, err := strconv.ParseUint(portS, 10, 16)
+	if err != nil || port == 0 {
+		return nil
+	}
+	var ips []netip.Addr
+	switch ip, err := netip.ParseAddr(host); {
+	case host == "":
+		ips = []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
+	case err == nil:
+		ips = []netip.Addr{ip}
+	default:
+		ips, _ = net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	}
+	out := make([]netip.AddrPort, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, netip.AddrPortFrom(ip.Unmap(), uint16(port)))
+	}
+	return out
 }

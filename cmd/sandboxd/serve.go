@@ -69,7 +69,8 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	proxy, err := egress.New(egress.Options{Registerer: promReg, Logger: log.With("component", "egress")})
+	proxy, err := egress.New(egress.Options{Registerer: promReg, Logger: log.With("component", "egress"),
+		Protected: apiAddrs(ctx, cfg.Addr)})
 	if err != nil {
 		return err
 	}
