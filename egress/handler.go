@@ -246,8 +246,14 @@ func (u *upstream) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// Write counts before writing: the transport writes from its own
+// goroutine, and the origin's answer (and so the end of the exchange, which
+// reads the count) may come before that goroutine runs again.
 func (u *upstream) Write(b []byte) (int, error) {
+	u.out.Add(int64(len(b)))
 	n, err := u.idleConn.Write(b)
-	u.out.Add(int64(n))
+	if n < len(b) {
+		u.out.Add(int64(n - len(b)))
+	}
 	return n, err
 }

@@ -29,16 +29,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// record counts an event: bytes first, so a reader that sees the request
+// counted also sees its bytes.
 func (m *metrics) record(ev *Event) {
 	decision := "denied"
 	if ev.Allowed {
 		decision = "allowed"
 	}
-	m.requests.WithLabelValues(ev.Tenant, decision).Inc()
 	if ev.BytesOut > 0 {
 		m.bytes.WithLabelValues(ev.Tenant, "out").Add(float64(ev.BytesOut))
 	}
 	if ev.BytesIn > 0 {
 		m.bytes.WithLabelValues(ev.Tenant, "in").Add(float64(ev.BytesIn))
 	}
+	m.requests.WithLabelValues(ev.Tenant, decision).Inc()
 }

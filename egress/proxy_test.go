@@ -590,6 +590,13 @@ func TestMetricsRegistered(t *testing.T) {
 	e := newEnv(t, loopbackPolicy(port), newResolver("allowed.test", "127.0.0.1"), Options{})
 	get(t, e.client(nil), "GET", fmt.Sprintf("http://allowed.test:%d/", port), "")
 	get(t, e.client(nil), "GET", fmt.Sprintf("http://denied.test:%d/", port), "")
+	// A forwarded request is recorded when its exchange ends, which may be
+	// just after the client has read the response.
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if n, _ := testutil.GatherAndCount(e.reg, "sandboxd_egress_requests_total"); n == 2 {
+			break
+		}
+	}
 	want := `
 # HELP sandboxd_egress_requests_total Requests and CONNECT tunnels sandboxes asked the egress proxy for, by tenant and decision (allowed, denied).
 # TYPE sandboxd_egress_requests_total counter
