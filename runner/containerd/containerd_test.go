@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
@@ -84,10 +85,10 @@ func cleanupOwn(dir string) {
 	defer cancel()
 	list, _ := c.ContainerService().List(ctx, managedFilter)
 	for _, ct := range list {
-		if ct.Labels[labelOwnerProc] == selfProc {
+		if ct.Labels[hostside.LabelOwnerProc] == hostside.SelfProc {
 			fmt.Fprintf(os.Stderr, "containerd test: removing leftover sandbox %s\n", ct.ID)
 			r.remove(ctx, ct.ID)
-			restoreWorkspace(ct.Labels)
+			hostside.RestoreWorkspace(ct.Labels)
 		}
 	}
 	unmountUnder(dir)

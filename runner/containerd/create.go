@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // Create implements runner.Runner: it creates the container and its task,
@@ -29,7 +30,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err := r.checkSpec(&spec); err != nil {
 		return nil, err
 	}
-	limits := mergeLimits(spec.Limits, r.cfg.Defaults)
+	limits := hostside.MergeLimits(spec.Limits, r.cfg.Defaults)
 
 	// Reserve the ID so the reconcile loop leaves the half-made sandbox alone.
 	r.mu.Lock()
@@ -94,17 +95,17 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	})
 	labels := r.labels(spec)
 	// The sandbox user must be able to write a read-write workspace.
-	owner, err := workspaceOwner(spec)
+	owner, err := hostside.WorkspaceOwner(spec)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: workspace: %w", err)
 	}
 	if owner != "" {
-		labels[labelWorkspace], labels[labelWorkspaceOwner] = spec.Workspace, owner
+		labels[hostside.LabelWorkspace], labels[hostside.LabelWorkspaceOwner] = spec.Workspace, owner
 		s.labels = labels
 	}
 	snapLabels := map[string]string{LabelManaged: "true", LabelOwner: r.cfg.InstanceID, LabelSandbox: spec.ID}
-	if selfProc != "" {
-		snapLabels[labelOwnerProc] = selfProc
+	if hostside.SelfProc != "" {
+		snapLabels[hostside.LabelOwnerProc] = hostside.SelfProc
 	}
 	// A read-only view of the image: runc creates the mount points in
 	// the /run tmpfs. runsc's gofer creates them in the host rootfs, so
@@ -158,8 +159,8 @@ func (r *Runner) labels(spec runner.SandboxSpec) map[string]string {
 	}
 	labels[LabelManaged] = "true"
 	labels[LabelOwner] = r.cfg.InstanceID
-	if selfProc != "" {
-		labels[labelOwnerProc] = selfProc
+	if hostside.SelfProc != "" {
+		labels[hostside.LabelOwnerProc] = hostside.SelfProc
 	}
 	labels[LabelSandbox] = spec.ID
 	return labels
@@ -264,7 +265,7 @@ func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
 			return fmt.Errorf("create sandbox: workspace %q is not a directory: %w", spec.Workspace, runner.ErrInvalidSpec)
 		}
 	}
-	if err := validLimits(spec.Limits); err != nil {
+	if err := hostside.ValidLimits(spec.Limits); err != nil {
 		return fmt.Errorf("create sandbox: %w: %w", err, runner.ErrInvalidSpec)
 	}
 	for k := range spec.Labels {

@@ -22,6 +22,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 func TestContainerIsolation(t *testing.T) {
@@ -41,7 +42,7 @@ func TestContainerIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := info.Labels
-	if l[LabelManaged] != "true" || l[LabelOwner] != r.cfg.InstanceID || l[LabelSandbox] != sb.ID() || l["tenant"] != "t1" || l[labelOwnerProc] != selfProc {
+	if l[LabelManaged] != "true" || l[LabelOwner] != r.cfg.InstanceID || l[LabelSandbox] != sb.ID() || l["tenant"] != "t1" || l[hostside.LabelOwnerProc] != hostside.SelfProc {
 		t.Errorf("labels %v", l)
 	}
 	if info.Snapshotter != DefaultSnapshotter || info.Runtime.Name != RuntimeRunc {
@@ -341,7 +342,7 @@ func TestReap(t *testing.T) {
 	}
 	mk := func(proc string) string {
 		id := "reap-" + newID()
-		labels := map[string]string{LabelManaged: "true", LabelOwner: "other-" + newID(), LabelSandbox: id, labelOwnerProc: proc}
+		labels := map[string]string{LabelManaged: "true", LabelOwner: "other-" + newID(), LabelSandbox: id, hostside.LabelOwnerProc: proc}
 		_, err := r.c.NewContainer(ctx, id, client.WithSnapshotter(DefaultSnapshotter),
 			client.WithNewSnapshotView(id, img, snapshots.WithLabels(labels)),
 			client.WithContainerLabels(labels), client.WithSpec(&specs.Spec{Version: specs.Version, Root: &specs.Root{Path: "rootfs"}}))
@@ -351,10 +352,10 @@ func TestReap(t *testing.T) {
 		t.Cleanup(func() { r.remove(context.Background(), id) })
 		return id
 	}
-	deadID, liveID := mk(deadProc), mk(selfProc)
+	deadID, liveID := mk(deadProc), mk(hostside.SelfProc)
 	// A snapshot without a container (crash between the two).
 	lone := "reap-lone-" + newID()
-	if _, err := r.c.SnapshotService(DefaultSnapshotter).View(ctx, lone, "", snapshots.WithLabels(map[string]string{LabelManaged: "true", LabelOwner: "x", LabelSandbox: lone, labelOwnerProc: deadProc})); err != nil {
+	if _, err := r.c.SnapshotService(DefaultSnapshotter).View(ctx, lone, "", snapshots.WithLabels(map[string]string{LabelManaged: "true", LabelOwner: "x", LabelSandbox: lone, hostside.LabelOwnerProc: deadProc})); err != nil {
 		t.Fatal(err)
 	}
 	// Our own sandbox, forgotten (as if Close had lost track of it).

@@ -1,6 +1,8 @@
 package containerd
 
 import (
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+
 	"context"
 	"errors"
 	"fmt"
@@ -24,7 +26,7 @@ type life struct {
 	exited   chan struct{} // closed when the task's init exited
 	// exitStatus is valid once exited is closed.
 	exitStatus client.ExitStatus
-	cg         *cgroup // nil when the task's cgroup is not readable here
+	cg         *hostside.Cgroup // nil when the task's cgroup is not readable here
 	client     *agent.Client
 	log        *agentLog
 }
@@ -82,9 +84,9 @@ func (s *Sandbox) start(ctx context.Context) (_ *life, err error) {
 	if err := task.Start(cctx); err != nil {
 		return nil, r.ctxOr(ctx, fmt.Errorf("%w\n%s", r.wrap("start task", err), l.logTail()))
 	}
-	l.cg = findCgroup(int(task.Pid()))
+	l.cg = hostside.FindCgroup(int(task.Pid()))
 	if l.cg != nil && r.gvisor {
-		l.cg.noStrays = true
+		l.cg.NoStrays = true
 	}
 	cl, err := s.dialAgent(ctx, l)
 	if err != nil {

@@ -1,6 +1,8 @@
 package containerd
 
 import (
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +43,7 @@ func (r *Runner) orphan(labels map[string]string, created time.Time) bool {
 	if owner == r.cfg.InstanceID {
 		return !r.held(id)
 	}
-	alive, known := ownerAlive(labels[labelOwnerProc])
+	alive, known := hostside.OwnerAlive(labels[hostside.LabelOwnerProc])
 	if known {
 		return !alive
 	}
@@ -70,7 +72,7 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		if err := restoreWorkspace(c.Labels); err != nil {
+		if err := hostside.RestoreWorkspace(c.Labels); err != nil {
 			errs = append(errs, err)
 		}
 		if err := r.removeStateOf(c.Labels[LabelOwner], c.Labels[LabelSandbox]); err != nil {

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -18,16 +16,13 @@ import (
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
-	"github.com/sandboxd/sandboxd/runner/internal/iox"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 var (
 	_ runner.Sandbox      = (*Sandbox)(nil)
 	_ runner.AgentSandbox = (*Sandbox)(nil)
 )
-
-// maxStdin bounds Process.Stdin: it travels in one agent frame.
-const maxStdin = 4 << 20
 
 // Sandbox is one containerd container whose task runs the agent as pid 1.
 type Sandbox struct {
@@ -107,59 +102,12 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	if s.isClosed() {
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, runner.ErrClosed)
 	}
-	if len(p.Args) == 0 || p.Args[0] == "" {
-		return runner.Result{}, fmt.Errorf("exec: empty Args: %w", runner.ErrInvalidSpec)
-	}
-	if p.Timeout < 0 {
-		return runner.Result{}, fmt.Errorf("exec: negative timeout %v: %w", p.Timeout, runner.ErrInvalidSpec)
+	req, onOutput, err := hostside.ExecRequest(p, s.limits, s.spec.WorkspaceMode)
+	if err != nil {
+		return runner.Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return runner.Result{}, err
-	}
-	req := agent.ExecRequest{
-		Args:        p.Args,
-		Env:         p.Env,
-		Dir:         p.Dir,
-		Timeout:     p.Timeout,
-		OutputLimit: s.limits.OutputBytes,
-	}
-	if req.Timeout == 0 {
-		req.Timeout = s.limits.Timeout
-	}
-	if req.Env == nil {
-		req.Env = []string{}
-	}
-	if req.Dir == "" {
-		req.Dir = "/"
-		if s.spec.WorkspaceMode != runner.WorkspaceNone {
-			req.Dir = runner.WorkspaceDir
-		}
-	}
-	if p.Stdin != nil {
-		b, err := io.ReadAll(io.LimitReader(p.Stdin, maxStdin+1))
-		if err != nil {
-			return runner.Result{}, fmt.Errorf("exec: read stdin: %w", err)
-		}
-		if len(b) > maxStdin {
-			return runner.Result{}, fmt.Errorf("exec: stdin larger than %d bytes: %w", maxStdin, runner.ErrInvalidSpec)
-		}
-		req.Stdin = b
-	}
-	var onOutput func(string, []byte)
-	live := p.Stdout != nil || p.Stderr != nil
-	if live {
-		// The agent streams only what it keeps: ask it to keep its
-		// maximum so live writers see the whole output, and cap the
-		// result here.
-		req.OutputLimit = max(req.OutputLimit, agent.MaxOutputLimit)
-		onOutput = func(stream string, chunk []byte) {
-			switch {
-			case stream == "stdout" && p.Stdout != nil:
-				p.Stdout.Write(chunk)
-			case stream == "stderr" && p.Stderr != nil:
-				p.Stderr.Write(chunk)
-			}
-		}
 	}
 
 	l, err := s.life(ctx)
@@ -169,9 +117,9 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	s.mu.Lock()
 	s.inflight++
 	s.mu.Unlock()
-	before := l.cg.sample()
+	before := l.cg.Sample()
 	ar, err := l.client.Exec(ctx, req, onOutput)
-	after := l.cg.sample()
+	after := l.cg.Sample()
 	s.endExec(l)
 	if err != nil {
 		switch {
@@ -184,46 +132,18 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 		if errors.As(err, &re) {
 			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w", s.id, runner.ErrInvalidSpec, err)
 		}
-		if l.hasExited(2*time.Second) && l.cg.sample().oomKills > before.oomKills {
+		if l.hasExited(2*time.Second) && l.cg.Sample().OOMKills > before.OOMKills {
 			// The OOM killer took the agent itself (under gVisor: the
 			// whole sandbox): the process's fate is a result. A gVisor
 			// sandbox restarts; otherwise later Execs fail.
 			if s.r.gvisor {
 				s.startRevive(l)
 			}
-			return runner.Result{ExitCode: 128 + int(syscall.SIGKILL), Signal: "SIGKILL", OOMKilled: true,
-				Stdout: []byte{}, Stderr: []byte{}, Usage: runner.Usage{PeakMemory: after.peak}}, nil
+			return hostside.OOMResult(after.Peak), nil
 		}
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w%s", s.id, runner.ErrUnavailable, err, l.deathNote())
 	}
-	res := runner.Result{
-		ExitCode:        ar.ExitCode,
-		Signal:          signalName(ar.Signal),
-		TimedOut:        ar.TimedOut,
-		Stdout:          ar.Stdout,
-		Stderr:          ar.Stderr,
-		StdoutTruncated: ar.StdoutTruncated,
-		StderrTruncated: ar.StderrTruncated,
-		Duration:        ar.Duration,
-	}
-	if live && req.OutputLimit > s.limits.OutputBytes {
-		res.Stdout, res.StdoutTruncated = recap(res.Stdout, res.StdoutTruncated, s.limits.OutputBytes)
-		res.Stderr, res.StderrTruncated = recap(res.Stderr, res.StderrTruncated, s.limits.OutputBytes)
-	}
-	if res.Stdout == nil {
-		res.Stdout = []byte{}
-	}
-	if res.Stderr == nil {
-		res.Stderr = []byte{}
-	}
-	if sig := int(unix.SignalNum(res.Signal)); sig != 0 && res.ExitCode <= 0 {
-		res.ExitCode = 128 + sig
-	}
-	if l.cg != nil {
-		res.OOMKilled = res.Signal == "SIGKILL" && !res.TimedOut && after.oomKills > before.oomKills
-		res.Usage = runner.Usage{CPU: after.cpu - before.cpu, PeakMemory: after.peak}
-	}
-	return res, nil
+	return hostside.ExecResult(ar, req, s.limits, l.cg, before, after), nil
 }
 
 // killOnProtocolError kills the task when its agent broke the protocol: a
@@ -249,7 +169,7 @@ func (s *Sandbox) endExec(l *life) {
 	defer s.mu.Unlock()
 	s.inflight--
 	if s.inflight == 0 && !s.closed && s.cur == l {
-		if n := l.cg.killStrays(); n > 0 {
+		if n := l.cg.KillStrays(); n > 0 {
 			s.r.cfg.Logger.Debug("containerd runner: killed processes that left the agent's session", "sandbox", s.id, "count", n)
 		}
 	}
@@ -270,8 +190,8 @@ func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
 	if l.cg == nil {
 		return runner.Usage{}, fmt.Errorf("stats of sandbox %s: cgroup not readable on this host: %w", s.id, runner.ErrUnavailable)
 	}
-	smp := l.cg.sample()
-	return runner.Usage{CPU: smp.cpu, PeakMemory: smp.peak}, nil
+	smp := l.cg.Sample()
+	return runner.Usage{CPU: smp.CPU, PeakMemory: smp.Peak}, nil
 }
 
 // Close implements runner.Sandbox: it closes the agent connection (the
@@ -332,41 +252,11 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	if err := removeNetns(s.netns); err != nil {
 		errs = append(errs, err)
 	}
-	if err := restoreWorkspace(s.labels); err != nil {
+	if err := hostside.RestoreWorkspace(s.labels); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(s.dir); err != nil {
 		errs = append(errs, fmt.Errorf("containerd: remove state dir: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-// recap caps output at limit bytes, keeping head and tail.
-func recap(b []byte, truncated bool, limit int64) ([]byte, bool) {
-	if int64(len(b)) <= limit {
-		return b, truncated
-	}
-	c := iox.NewCapture(limit)
-	c.Write(b)
-	out, _ := c.Bytes()
-	return out, true
-}
-
-// signalName turns the agent's signal description ("killed", "SIGKILL",
-// "9") into the runner's form ("SIGKILL").
-func signalName(s string) string {
-	if s == "" {
-		return ""
-	}
-	if n := unix.SignalNum(s); n != 0 {
-		return s
-	}
-	for i := syscall.Signal(1); i < 65; i++ {
-		if i.String() == s || fmt.Sprint(int(i)) == s {
-			if name := unix.SignalName(i); name != "" {
-				return name
-			}
-		}
-	}
-	return s
 }

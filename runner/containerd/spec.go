@@ -7,6 +7,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // Paths inside the container (those of the Docker runner).
@@ -14,7 +15,7 @@ const (
 	agentBinary = "/run/sandboxd-agent/sandbox-agent"
 	agentDir    = "/run/sandboxd"
 	agentSocket = agentDir + "/agent.sock"
-	sandboxUID  = 65534
+	sandboxUID  = hostside.SandboxUID
 )
 
 // maskedPaths and readonlyPaths are Docker's defaults: kernel interfaces a

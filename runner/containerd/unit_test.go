@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 func TestBuildSpec(t *testing.T) {
@@ -133,7 +134,7 @@ func TestCheckSpec(t *testing.T) {
 
 func TestMergeLimits(t *testing.T) {
 	t.Parallel()
-	got := mergeLimits(runner.Limits{MemoryBytes: 1 << 40, PIDs: 10}, builtinDefaults)
+	got := hostside.MergeLimits(runner.Limits{MemoryBytes: 1 << 40, PIDs: 10}, builtinDefaults)
 	if got.MemoryBytes != builtinDefaults.MemoryBytes || got.PIDs != 10 || got.Timeout != time.Minute {
 		t.Errorf("mergeLimits = %+v", got)
 	}
@@ -145,15 +146,15 @@ func TestOwnerAlive(t *testing.T) {
 		label        string
 		alive, known bool
 	}{
-		{selfProc, true, true},
+		{hostside.SelfProc, true, true},
 		{fmt.Sprintf("%d:1", os.Getpid()), false, true},
 		{"999999999:5", false, true},
 		{"", false, false},
 		{"abc:def", false, false},
 	} {
-		alive, known := ownerAlive(tc.label)
+		alive, known := hostside.OwnerAlive(tc.label)
 		if alive != tc.alive || known != tc.known {
-			t.Errorf("ownerAlive(%q) = %v, %v; want %v, %v", tc.label, alive, known, tc.alive, tc.known)
+			t.Errorf("hostside.OwnerAlive(%q) = %v, %v; want %v, %v", tc.label, alive, known, tc.alive, tc.known)
 		}
 	}
 }
@@ -219,8 +220,8 @@ func TestOrphan(t *testing.T) {
 	}{
 		{"ours, held", map[string]string{LabelOwner: "me", LabelSandbox: "held"}, old, false},
 		{"ours, not held", map[string]string{LabelOwner: "me", LabelSandbox: "gone"}, recent, true},
-		{"other, live owner", map[string]string{LabelOwner: "x", labelOwnerProc: selfProc}, old, false},
-		{"other, dead owner, recent", map[string]string{LabelOwner: "x", labelOwnerProc: "999999999:1"}, recent, true},
+		{"other, live owner", map[string]string{LabelOwner: "x", hostside.LabelOwnerProc: hostside.SelfProc}, old, false},
+		{"other, dead owner, recent", map[string]string{LabelOwner: "x", hostside.LabelOwnerProc: "999999999:1"}, recent, true},
 		{"other, unknown owner, old", map[string]string{LabelOwner: "x"}, old, true},
 		{"other, unknown owner, recent", map[string]string{LabelOwner: "x"}, recent, false},
 	} {
@@ -238,16 +239,16 @@ func TestOwnerZombie(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
-	label := procIdentity(cmd.Process.Pid)
-	if alive, _ := ownerAlive(label); !alive {
+	label := hostside.ProcIdentity(cmd.Process.Pid)
+	if alive, _ := hostside.OwnerAlive(label); !alive {
 		t.Fatal("running owner reported dead")
 	}
 	cmd.Process.Kill()
 	deadline := time.Now().Add(5 * time.Second)
-	for !procZombie(cmd.Process.Pid) && time.Now().Before(deadline) {
+	for !hostside.ProcZombie(cmd.Process.Pid) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if alive, known := ownerAlive(label); alive || !known {
+	if alive, known := hostside.OwnerAlive(label); alive || !known {
 		t.Fatalf("zombie owner: alive %v known %v", alive, known)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // DefaultImage is the image of a sandbox whose spec names none.
@@ -109,49 +110,14 @@ func (c *Config) setDefaults() error {
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = 30 * time.Second
 	}
-	if err := validLimits(c.Defaults); err != nil {
+	if err := hostside.ValidLimits(c.Defaults); err != nil {
 		return fmt.Errorf("docker: Defaults: %w", err)
 	}
-	c.Defaults = mergeLimits(c.Defaults, builtinDefaults)
+	c.Defaults = hostside.MergeLimits(c.Defaults, builtinDefaults)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return nil
-}
-
-func validLimits(l runner.Limits) error {
-	for name, v := range map[string]int64{
-		"memory_bytes": l.MemoryBytes, "pids": l.PIDs, "cpu_millis": l.CPUMillis,
-		"timeout": int64(l.Timeout), "output_bytes": l.OutputBytes, "nofile": l.NoFile, "file_size_bytes": l.FileSize,
-	} {
-		if v < 0 {
-			return fmt.Errorf("limit %s = %d is negative", name, v)
-		}
-	}
-	if l.MemoryBytes != 0 && l.MemoryBytes < 6<<20 {
-		return fmt.Errorf("limit memory_bytes = %d is below Docker's minimum of 6 MiB", l.MemoryBytes)
-	}
-	return nil
-}
-
-// mergeLimits fills zero fields of l from def; def is a ceiling that l may
-// only lower.
-func mergeLimits(l, def runner.Limits) runner.Limits {
-	pick := func(v, d int64) int64 {
-		if v == 0 || (d != 0 && v > d) {
-			return d
-		}
-		return v
-	}
-	return runner.Limits{
-		MemoryBytes: pick(l.MemoryBytes, def.MemoryBytes),
-		PIDs:        pick(l.PIDs, def.PIDs),
-		CPUMillis:   pick(l.CPUMillis, def.CPUMillis),
-		Timeout:     time.Duration(pick(int64(l.Timeout), int64(def.Timeout))),
-		OutputBytes: pick(l.OutputBytes, def.OutputBytes),
-		NoFile:      pick(l.NoFile, def.NoFile),
-		FileSize:    pick(l.FileSize, def.FileSize),
-	}
 }
 
 func newID() string {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // Paths inside the container.
@@ -26,7 +27,7 @@ const (
 	agentBinary = "/run/sandboxd-agent/sandbox-agent"
 	agentDir    = "/run/sandboxd"
 	agentSocket = agentDir + "/agent.sock"
-	sandboxUID  = 65534
+	sandboxUID  = hostside.SandboxUID
 )
 
 // Create implements runner.Runner: it creates and starts the container and
@@ -39,7 +40,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err := r.checkSpec(&spec); err != nil {
 		return nil, err
 	}
-	limits := mergeLimits(spec.Limits, r.cfg.Defaults)
+	limits := hostside.MergeLimits(spec.Limits, r.cfg.Defaults)
 
 	// Reserve the ID so the reconcile loop leaves the half-made sandbox alone.
 	r.mu.Lock()
@@ -74,12 +75,12 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 
 	cfg, hc := r.containerConfig(spec, limits, s.stateDir)
 	// The sandbox user must be able to write a read-write workspace.
-	owner, err := workspaceOwner(spec)
+	owner, err := hostside.WorkspaceOwner(spec)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: workspace: %w", err)
 	}
 	if owner != "" {
-		cfg.Labels[labelWorkspace], cfg.Labels[labelWorkspaceOwner] = spec.Workspace, owner
+		cfg.Labels[hostside.LabelWorkspace], cfg.Labels[hostside.LabelWorkspaceOwner] = spec.Workspace, owner
 		s.labels = cfg.Labels
 	}
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
@@ -100,7 +101,9 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err := r.api.ContainerStart(cctx, resp.ID, container.StartOptions{}); err != nil {
 		return nil, r.ctxOr(ctx, r.wrap("start container", err))
 	}
-	s.cg = findCgroup(cctx, r.api, resp.ID)
+	if insp, err := r.api.ContainerInspect(cctx, resp.ID); err == nil && insp.State != nil {
+		s.cg = hostside.FindCgroup(insp.State.Pid) // nil when not readable here
+	}
 
 	cl, err := r.dialAgent(ctx, s)
 	if err != nil {
@@ -201,7 +204,7 @@ func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
 			return fmt.Errorf("create sandbox: workspace %q is not a directory: %w", spec.Workspace, runner.ErrInvalidSpec)
 		}
 	}
-	if err := validLimits(spec.Limits); err != nil {
+	if err := hostside.ValidLimits(spec.Limits); err != nil {
 		return fmt.Errorf("create sandbox: %w: %w", err, runner.ErrInvalidSpec)
 	}
 	for k := range spec.Labels {
@@ -223,8 +226,8 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 	}
 	labels[LabelManaged] = "true"
 	labels[LabelOwner] = r.cfg.InstanceID
-	if selfProc != "" {
-		labels[labelOwnerProc] = selfProc
+	if hostside.SelfProc != "" {
+		labels[hostside.LabelOwnerProc] = hostside.SelfProc
 	}
 	labels[LabelSandbox] = spec.ID
 	image := spec.Image

@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
@@ -340,7 +341,7 @@ func TestReapByOwnerLiveness(t *testing.T) {
 		name := "sandboxd-test-owner-" + newID()
 		resp, err := api.ContainerCreate(t.Context(), &container.Config{
 			Image: testImage, Entrypoint: []string{"sleep", "300"},
-			Labels: map[string]string{LabelManaged: "true", LabelOwner: "other-" + newID(), LabelSandbox: name, labelOwnerProc: proc},
+			Labels: map[string]string{LabelManaged: "true", LabelOwner: "other-" + newID(), LabelSandbox: name, hostside.LabelOwnerProc: proc},
 		}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
 		if err != nil {
 			t.Fatal(err)
@@ -350,7 +351,7 @@ func TestReapByOwnerLiveness(t *testing.T) {
 	}
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
 	deadID := mk(fmt.Sprintf("%d:1", dead.Process.Pid))
-	liveID := mk(selfProc)
+	liveID := mk(hostside.SelfProc)
 	if _, err := r.Reap(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -367,16 +368,16 @@ func TestOwnerAlive(t *testing.T) {
 		label        string
 		alive, known bool
 	}{
-		{selfProc, true, true},
+		{hostside.SelfProc, true, true},
 		{fmt.Sprintf("%d:1", os.Getpid()), false, true}, // pid reused by another process
 		{"999999999:5", false, true},
 		{"", false, false},
 		{"abc:def", false, false},
 		{"12", false, false},
 	} {
-		alive, known := ownerAlive(tc.label)
+		alive, known := hostside.OwnerAlive(tc.label)
 		if alive != tc.alive || known != tc.known {
-			t.Errorf("ownerAlive(%q) = %v, %v; want %v, %v", tc.label, alive, known, tc.alive, tc.known)
+			t.Errorf("hostside.OwnerAlive(%q) = %v, %v; want %v, %v", tc.label, alive, known, tc.alive, tc.known)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // fakeAPI is a daemon that is up for Info and List but whose container
@@ -125,29 +126,8 @@ func TestCreateInvalid(t *testing.T) {
 func TestLimitsAreCeilings(t *testing.T) {
 	t.Parallel()
 	def := builtinDefaults
-	got := mergeLimits(runner.Limits{MemoryBytes: 64 << 20, PIDs: 1 << 20, Timeout: time.Hour}, def)
+	got := hostside.MergeLimits(runner.Limits{MemoryBytes: 64 << 20, PIDs: 1 << 20, Timeout: time.Hour}, def)
 	if got.MemoryBytes != 64<<20 || got.PIDs != def.PIDs || got.Timeout != def.Timeout || got.NoFile != def.NoFile {
 		t.Fatalf("mergeLimits = %+v", got)
-	}
-}
-
-func TestSignalName(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{"": "", "killed": "SIGKILL", "SIGTERM": "SIGTERM", "terminated": "SIGTERM", "9": "SIGKILL"} {
-		if got := signalName(in); got != want {
-			t.Errorf("signalName(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestRecap(t *testing.T) {
-	t.Parallel()
-	in := []byte("HEAD" + string(make([]byte, 5000)) + "TAIL")
-	out, tr := recap(in, false, 100)
-	if !tr || len(out) > 200 || string(out[:4]) != "HEAD" || string(out[len(out)-4:]) != "TAIL" {
-		t.Fatalf("recap = %q, %v", out, tr)
-	}
-	if out, tr := recap([]byte("small"), false, 100); string(out) != "small" || tr {
-		t.Fatalf("recap small = %q, %v", out, tr)
 	}
 }

@@ -1,6 +1,8 @@
 package docker
 
 import (
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +53,7 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 		case owner == r.cfg.InstanceID && r.held(id):
 			continue
 		case owner != r.cfg.InstanceID:
-			alive, known := ownerAlive(c.Labels[labelOwnerProc])
+			alive, known := hostside.OwnerAlive(c.Labels[hostside.LabelOwnerProc])
 			if alive || (!known && time.Unix(c.Created, 0).After(r.started.Add(-time.Second))) {
 				continue
 			}
@@ -63,7 +65,7 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 			errs = append(errs, r.wrap("remove container "+c.ID, err))
 			continue
 		}
-		if err := restoreWorkspace(c.Labels); err != nil {
+		if err := hostside.RestoreWorkspace(c.Labels); err != nil {
 			errs = append(errs, err)
 		}
 		reaped++

@@ -9,25 +9,20 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
-	"github.com/sandboxd/sandboxd/runner/internal/iox"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 var (
 	_ runner.Sandbox                     = (*Sandbox)(nil)
 	_ interface{ Agent() *agent.Client } = (*Sandbox)(nil) // runner.AgentSandbox
 )
-
-// maxStdin bounds Process.Stdin: it travels in one agent frame.
-const maxStdin = 4 << 20
 
 // Sandbox is one container with the agent as its pid 1.
 type Sandbox struct {
@@ -38,7 +33,7 @@ type Sandbox struct {
 	stateDir    string
 	containerID string
 	labels      map[string]string // set when the workspace was chowned
-	cg          *cgroup           // nil when the container's cgroup is not readable here
+	cg          *hostside.Cgroup  // nil when the container's cgroup is not readable here
 
 	egressMu sync.Mutex
 	egressLn net.Listener // NetworkEgress: the served egress socket (egress.go)
@@ -80,68 +75,21 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	if s.isClosed() {
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, runner.ErrClosed)
 	}
-	if len(p.Args) == 0 || p.Args[0] == "" {
-		return runner.Result{}, fmt.Errorf("exec: empty Args: %w", runner.ErrInvalidSpec)
-	}
-	if p.Timeout < 0 {
-		return runner.Result{}, fmt.Errorf("exec: negative timeout %v: %w", p.Timeout, runner.ErrInvalidSpec)
+	req, onOutput, err := hostside.ExecRequest(p, s.limits, s.spec.WorkspaceMode)
+	if err != nil {
+		return runner.Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return runner.Result{}, err
-	}
-	req := agent.ExecRequest{
-		Args:        p.Args,
-		Env:         p.Env,
-		Dir:         p.Dir,
-		Timeout:     p.Timeout,
-		OutputLimit: s.limits.OutputBytes,
-	}
-	if req.Timeout == 0 {
-		req.Timeout = s.limits.Timeout
-	}
-	if req.Env == nil {
-		req.Env = []string{}
-	}
-	if req.Dir == "" {
-		req.Dir = "/"
-		if s.spec.WorkspaceMode != runner.WorkspaceNone {
-			req.Dir = runner.WorkspaceDir
-		}
-	}
-	if p.Stdin != nil {
-		b, err := io.ReadAll(io.LimitReader(p.Stdin, maxStdin+1))
-		if err != nil {
-			return runner.Result{}, fmt.Errorf("exec: read stdin: %w", err)
-		}
-		if len(b) > maxStdin {
-			return runner.Result{}, fmt.Errorf("exec: stdin larger than %d bytes: %w", maxStdin, runner.ErrInvalidSpec)
-		}
-		req.Stdin = b
-	}
-	var onOutput func(string, []byte)
-	live := p.Stdout != nil || p.Stderr != nil
-	if live {
-		// The agent streams only what it keeps: ask it to keep its
-		// maximum so live writers see the whole output (up to
-		// agent.MaxOutputLimit), and cap the result here.
-		req.OutputLimit = max(req.OutputLimit, agent.MaxOutputLimit)
-		onOutput = func(stream string, chunk []byte) {
-			switch {
-			case stream == "stdout" && p.Stdout != nil:
-				p.Stdout.Write(chunk)
-			case stream == "stderr" && p.Stderr != nil:
-				p.Stderr.Write(chunk)
-			}
-		}
 	}
 
 	cl, err := s.beginExec(ctx)
 	if err != nil {
 		return runner.Result{}, err
 	}
-	before := s.cg.sample()
+	before := s.cg.Sample()
 	ar, err := cl.Exec(ctx, req, onOutput)
-	after := s.cg.sample()
+	after := s.cg.Sample()
 	s.endExec()
 	if err != nil {
 		switch {
@@ -164,39 +112,11 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 			if s.r.gvisor {
 				s.startRevive()
 			}
-			return runner.Result{ExitCode: 128 + int(syscall.SIGKILL), Signal: "SIGKILL", OOMKilled: true,
-				Stdout: []byte{}, Stderr: []byte{}, Usage: runner.Usage{PeakMemory: after.peak}}, nil
+			return hostside.OOMResult(after.Peak), nil
 		}
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w%s", s.id, runner.ErrUnavailable, err, note)
 	}
-	res := runner.Result{
-		ExitCode:        ar.ExitCode,
-		Signal:          signalName(ar.Signal),
-		TimedOut:        ar.TimedOut,
-		Stdout:          ar.Stdout,
-		Stderr:          ar.Stderr,
-		StdoutTruncated: ar.StdoutTruncated,
-		StderrTruncated: ar.StderrTruncated,
-		Duration:        ar.Duration,
-	}
-	if live && req.OutputLimit > s.limits.OutputBytes {
-		res.Stdout, res.StdoutTruncated = recap(res.Stdout, res.StdoutTruncated, s.limits.OutputBytes)
-		res.Stderr, res.StderrTruncated = recap(res.Stderr, res.StderrTruncated, s.limits.OutputBytes)
-	}
-	if res.Stdout == nil {
-		res.Stdout = []byte{}
-	}
-	if res.Stderr == nil {
-		res.Stderr = []byte{}
-	}
-	if sig := signalNumber(res.Signal); sig != 0 && res.ExitCode <= 0 {
-		res.ExitCode = 128 + sig
-	}
-	if s.cg != nil {
-		res.OOMKilled = res.Signal == "SIGKILL" && !res.TimedOut && after.oomKills > before.oomKills
-		res.Usage = runner.Usage{CPU: after.cpu - before.cpu, PeakMemory: after.peak}
-	}
-	return res, nil
+	return hostside.ExecResult(ar, req, s.limits, s.cg, before, after), nil
 }
 
 // killOnProtocolError kills the container when its agent broke the
@@ -227,7 +147,7 @@ func (s *Sandbox) endExec() {
 		s.startSweepLocked()
 	}
 	if s.inflight == 0 && !s.closed && !s.r.gvisor {
-		if n := s.cg.killStrays(); n > 0 {
+		if n := s.cg.KillStrays(); n > 0 {
 			s.r.cfg.Logger.Debug("docker runner: killed processes that left the agent's session", "sandbox", s.id, "count", n)
 		}
 	}
@@ -279,8 +199,8 @@ func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
 		u.PeakMemory = int64(st.MemoryStats.Usage)
 	}
 	if s.cg != nil { // cgroup v2 stats carry no peak
-		if smp := s.cg.sample(); smp.peak > u.PeakMemory {
-			u.PeakMemory = smp.peak
+		if smp := s.cg.Sample(); smp.Peak > u.PeakMemory {
+			u.PeakMemory = smp.Peak
 		}
 	}
 	return u, nil
@@ -332,45 +252,11 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 			errs = append(errs, s.r.wrap("remove container "+s.containerID, err))
 		}
 	}
-	if err := restoreWorkspace(s.labels); err != nil {
+	if err := hostside.RestoreWorkspace(s.labels); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(s.stateDir); err != nil {
 		errs = append(errs, fmt.Errorf("docker: remove state dir: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-// recap caps output at limit bytes, keeping head and tail.
-func recap(b []byte, truncated bool, limit int64) ([]byte, bool) {
-	if int64(len(b)) <= limit {
-		return b, truncated
-	}
-	c := iox.NewCapture(limit)
-	c.Write(b)
-	out, _ := c.Bytes()
-	return out, true
-}
-
-// signalName turns the agent's signal description ("killed", "SIGKILL",
-// "9") into the runner's form ("SIGKILL").
-func signalName(s string) string {
-	if s == "" {
-		return ""
-	}
-	if n := unix.SignalNum(s); n != 0 {
-		return s
-	}
-	for i := syscall.Signal(1); i < 65; i++ {
-		if i.String() == s || fmt.Sprint(int(i)) == s {
-			if name := unix.SignalName(i); name != "" {
-				return name
-			}
-		}
-	}
-	return s
-}
-
-func signalNumber(name string) int {
-	return int(unix.SignalNum(name))
 }

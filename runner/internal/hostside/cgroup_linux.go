@@ -1,4 +1,4 @@
-package containerd
+package hostside
 
 import (
 	"bufio"
@@ -13,29 +13,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cgroup reads a container's cgroup files on this host, for what the
+// Cgroup reads a container's cgroup files on this host, for what the
 // agent does not tell per Exec: OOM kills of processes other than pid 1 and
 // CPU used by one Exec. sandboxd must share the host's cgroup namespace
-// and /sys/fs/cgroup; otherwise findCgroup returns nil and Exec reports
+// and /sys/fs/cgroup; otherwise FindCgroup returns nil and Exec reports
 // no usage and no OOM kills.
-type cgroup struct {
+type Cgroup struct {
 	initPid int // the agent's host pid
 	v2      bool
 	memory  string // v1: memory controller dir; v2: the unified dir
 	cpu     string // v1: cpuacct dir
-	// noStrays disables killStrays: the cgroup's processes are the
+	// NoStrays disables KillStrays: the cgroup's processes are the
 	// runtime's own (gVisor).
-	noStrays bool
+	NoStrays bool
 }
 
-type cgSample struct {
-	oomKills int64
-	cpu      time.Duration
-	peak     int64
+// Sample is a reading of a cgroup's counters.
+type Sample struct {
+	OOMKills int64
+	CPU      time.Duration
+	Peak     int64
 }
 
-// findCgroup locates the cgroup of the task whose init has host pid pid.
-func findCgroup(pid int) *cgroup {
+// FindCgroup locates the cgroup of the task whose init has host pid pid.
+func FindCgroup(pid int) *Cgroup {
 	if pid <= 0 {
 		return nil
 	}
@@ -43,7 +44,7 @@ func findCgroup(pid int) *cgroup {
 	if err != nil {
 		return nil
 	}
-	cg := &cgroup{initPid: pid}
+	cg := &Cgroup{initPid: pid}
 	for _, line := range strings.Split(string(b), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
@@ -74,31 +75,31 @@ func findCgroup(pid int) *cgroup {
 	return cg
 }
 
-// sample reads the counters; missing files read as zero. Nil-safe.
-func (c *cgroup) sample() cgSample {
-	var s cgSample
+// Sample reads the counters; missing files read as zero. Nil-safe.
+func (c *Cgroup) Sample() Sample {
+	var s Sample
 	if c == nil {
 		return s
 	}
 	if c.v2 {
-		s.oomKills = keyed(filepath.Join(c.memory, "memory.events"), "oom_kill")
-		s.cpu = time.Duration(keyed(filepath.Join(c.memory, "cpu.stat"), "usage_usec")) * time.Microsecond
-		s.peak = single(filepath.Join(c.memory, "memory.peak"))
+		s.OOMKills = keyed(filepath.Join(c.memory, "memory.events"), "oom_kill")
+		s.CPU = time.Duration(keyed(filepath.Join(c.memory, "cpu.stat"), "usage_usec")) * time.Microsecond
+		s.Peak = single(filepath.Join(c.memory, "memory.peak"))
 		return s
 	}
-	s.oomKills = keyed(filepath.Join(c.memory, "memory.oom_control"), "oom_kill")
-	s.peak = single(filepath.Join(c.memory, "memory.max_usage_in_bytes"))
+	s.OOMKills = keyed(filepath.Join(c.memory, "memory.oom_control"), "oom_kill")
+	s.Peak = single(filepath.Join(c.memory, "memory.max_usage_in_bytes"))
 	if c.cpu != "" {
-		s.cpu = time.Duration(single(filepath.Join(c.cpu, "cpuacct.usage")))
+		s.CPU = time.Duration(single(filepath.Join(c.cpu, "cpuacct.usage")))
 	}
 	return s
 }
 
-// killStrays kills the processes of the container that left the agent's
+// KillStrays kills the processes of the container that left the agent's
 // session (setsid daemons): the agent kills each Exec's process group,
 // which they escaped. Call it only while no Exec runs. Nil-safe.
-func (c *cgroup) killStrays() (killed int) {
-	if c == nil || c.noStrays {
+func (c *Cgroup) KillStrays() (killed int) {
+	if c == nil || c.NoStrays {
 		return 0
 	}
 	b, err := os.ReadFile(filepath.Join(c.memory, "cgroup.procs"))
@@ -127,7 +128,7 @@ func (c *cgroup) killStrays() (killed int) {
 }
 
 // contains reports whether pid is (still) in the container's memory cgroup.
-func (c *cgroup) contains(pid int) bool {
+func (c *Cgroup) contains(pid int) bool {
 	b, err := os.ReadFile(filepath.Join(c.memory, "cgroup.procs"))
 	if err != nil {
 		return false

@@ -1,4 +1,4 @@
-package docker
+package hostside
 
 import (
 	"errors"
@@ -15,13 +15,16 @@ import (
 // (or Reap, after a crash) can give it back. Labels are immutable and
 // invisible inside the sandbox.
 const (
-	labelWorkspace      = "sandboxd.workspace"
-	labelWorkspaceOwner = "sandboxd.workspace-owner"
+	LabelWorkspace      = "sandboxd.workspace"
+	LabelWorkspaceOwner = "sandboxd.workspace-owner"
 )
 
-// workspaceOwner returns "uid:gid" of a read-write workspace that the
+// SandboxUID is the user (and group) sandboxes run as.
+const SandboxUID = 65534
+
+// WorkspaceOwner returns "uid:gid" of a read-write workspace that the
 // sandbox user does not own, "" when no chown is needed.
-func workspaceOwner(spec runner.SandboxSpec) (string, error) {
+func WorkspaceOwner(spec runner.SandboxSpec) (string, error) {
 	if spec.WorkspaceMode != runner.WorkspaceReadWrite {
 		return "", nil
 	}
@@ -30,16 +33,16 @@ func workspaceOwner(spec runner.SandboxSpec) (string, error) {
 		return "", err
 	}
 	st := fi.Sys().(*syscall.Stat_t)
-	if st.Uid == sandboxUID && st.Gid == sandboxUID {
+	if st.Uid == SandboxUID && st.Gid == SandboxUID {
 		return "", nil
 	}
 	return fmt.Sprintf("%d:%d", st.Uid, st.Gid), nil
 }
 
-// restoreWorkspace gives a chowned workspace back to its owner. Files the
+// RestoreWorkspace gives a chowned workspace back to its owner. Files the
 // sandbox created inside keep the sandbox uid.
-func restoreWorkspace(labels map[string]string) error {
-	path, owner := labels[labelWorkspace], labels[labelWorkspaceOwner]
+func RestoreWorkspace(labels map[string]string) error {
+	path, owner := labels[LabelWorkspace], labels[LabelWorkspaceOwner]
 	if path == "" || owner == "" {
 		return nil
 	}
@@ -47,7 +50,7 @@ func restoreWorkspace(labels map[string]string) error {
 	uid, err1 := strconv.Atoi(u)
 	gid, err2 := strconv.Atoi(g)
 	if !ok || err1 != nil || err2 != nil {
-		return fmt.Errorf("docker: bad workspace owner label %q", owner)
+		return fmt.Errorf("bad workspace owner label %q", owner)
 	}
 	// Only a workspace still owned by the sandbox user is ours to restore.
 	fi, err := os.Lstat(path)
@@ -57,11 +60,11 @@ func restoreWorkspace(labels map[string]string) error {
 		}
 		return err
 	}
-	if st := fi.Sys().(*syscall.Stat_t); st.Uid != sandboxUID {
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != SandboxUID {
 		return nil
 	}
 	if err := os.Lchown(path, uid, gid); err != nil {
-		return fmt.Errorf("docker: restore workspace owner: %w", err)
+		return fmt.Errorf("restore workspace owner: %w", err)
 	}
 	return nil
 }

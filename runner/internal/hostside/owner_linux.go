@@ -1,4 +1,8 @@
-package docker
+// Package hostside holds what the container runners (runner/docker,
+// runner/containerd) share on the host side: the owner label that tells a
+// dead owner from a live one, the workspace chown and its restoration, and
+// the reading of a sandbox's cgroup.
+package hostside
 
 import (
 	"bytes"
@@ -8,15 +12,17 @@ import (
 	"strings"
 )
 
-// labelOwnerProc records the owning process as "pid:starttime" (starttime in
+// LabelOwnerProc records the owning process as "pid:starttime" (starttime in
 // clock ticks since boot, from /proc/<pid>/stat), so Reap can tell a dead
 // owner from a live sandboxd that shares the daemon, whatever the timing.
-const labelOwnerProc = "sandboxd.owner-proc"
+const LabelOwnerProc = "sandboxd.owner-proc"
 
-// selfProc is this process's owner-proc value, or "" if /proc is unreadable.
-var selfProc = procIdentity(os.Getpid())
+// SelfProc is this process's owner-proc value, or "" if /proc is unreadable.
+var SelfProc = ProcIdentity(os.Getpid())
 
-func procIdentity(pid int) string {
+// ProcIdentity is pid's owner-proc value ("pid:starttime"), "" when pid
+// is gone.
+func ProcIdentity(pid int) string {
 	start, err := procStartTime(pid)
 	if err != nil {
 		return ""
@@ -43,9 +49,9 @@ func procStartTime(pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
-// ownerAlive reports whether the process recorded in an owner-proc label
+// OwnerAlive reports whether the process recorded in an owner-proc label
 // still runs; known is false when the label is missing or malformed.
-func ownerAlive(label string) (alive, known bool) {
+func OwnerAlive(label string) (alive, known bool) {
 	pidS, startS, ok := strings.Cut(label, ":")
 	if !ok {
 		return false, false
@@ -56,12 +62,12 @@ func ownerAlive(label string) (alive, known bool) {
 		return false, false
 	}
 	now, err := procStartTime(pid)
-	return err == nil && now == start && !procZombie(pid), true
+	return err == nil && now == start && !ProcZombie(pid), true
 }
 
-// procZombie reports whether pid has exited but not been waited for (its
+// ProcZombie reports whether pid has exited but not been waited for (its
 // parent may never wait: a killed sandboxd's zombie still owns nothing).
-func procZombie(pid int) bool {
+func ProcZombie(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false

@@ -1,0 +1,143 @@
+package hostside
+
+import (
+	"fmt"
+	"io"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/iox"
+)
+
+// MaxStdin caps a process's stdin (it travels in one agent frame).
+const MaxStdin = 4 << 20
+
+// ExecRequest checks p and turns it into the agent's request for a sandbox
+// with limits and a workspace in mode. onOutput, non-nil when p streams
+// output, forwards the agent's chunks to p.Stdout and p.Stderr.
+func ExecRequest(p runner.Process, limits runner.Limits, mode runner.WorkspaceMode) (agent.ExecRequest, func(string, []byte), error) {
+	if len(p.Args) == 0 || p.Args[0] == "" {
+		return agent.ExecRequest{}, nil, fmt.Errorf("exec: empty Args: %w", runner.ErrInvalidSpec)
+	}
+	if p.Timeout < 0 {
+		return agent.ExecRequest{}, nil, fmt.Errorf("exec: negative timeout %v: %w", p.Timeout, runner.ErrInvalidSpec)
+	}
+	req := agent.ExecRequest{
+		Args:        p.Args,
+		Env:         p.Env,
+		Dir:         p.Dir,
+		Timeout:     p.Timeout,
+		OutputLimit: limits.OutputBytes,
+	}
+	if req.Timeout == 0 {
+		req.Timeout = limits.Timeout
+	}
+	if req.Env == nil {
+		req.Env = []string{}
+	}
+	if req.Dir == "" {
+		req.Dir = "/"
+		if mode != runner.WorkspaceNone {
+			req.Dir = runner.WorkspaceDir
+		}
+	}
+	if p.Stdin != nil {
+		b, err := io.ReadAll(io.LimitReader(p.Stdin, MaxStdin+1))
+		if err != nil {
+			return agent.ExecRequest{}, nil, fmt.Errorf("exec: read stdin: %w", err)
+		}
+		if len(b) > MaxStdin {
+			return agent.ExecRequest{}, nil, fmt.Errorf("exec: stdin larger than %d bytes: %w", MaxStdin, runner.ErrInvalidSpec)
+		}
+		req.Stdin = b
+	}
+	if p.Stdout == nil && p.Stderr == nil {
+		return req, nil, nil
+	}
+	// The agent streams only what it keeps: ask it to keep its maximum so
+	// live writers see the whole output (up to agent.MaxOutputLimit);
+	// ExecResult caps the result.
+	req.OutputLimit = max(req.OutputLimit, agent.MaxOutputLimit)
+	return req, func(stream string, chunk []byte) {
+		switch {
+		case stream == "stdout" && p.Stdout != nil:
+			p.Stdout.Write(chunk)
+		case stream == "stderr" && p.Stderr != nil:
+			p.Stderr.Write(chunk)
+		}
+	}, nil
+}
+
+// ExecResult turns the agent's result of req into the runner's: output
+// capped at limits, the exit code of a signal, and, with a readable cgroup
+// cg, OOM kills and usage from its samples before and after the Exec.
+func ExecResult(ar agent.ExecResult, req agent.ExecRequest, limits runner.Limits, cg *Cgroup, before, after Sample) runner.Result {
+	res := runner.Result{
+		ExitCode:        ar.ExitCode,
+		Signal:          signalName(ar.Signal),
+		TimedOut:        ar.TimedOut,
+		Stdout:          ar.Stdout,
+		Stderr:          ar.Stderr,
+		StdoutTruncated: ar.StdoutTruncated,
+		StderrTruncated: ar.StderrTruncated,
+		Duration:        ar.Duration,
+	}
+	if req.OutputLimit > limits.OutputBytes { // raised for live output
+		res.Stdout, res.StdoutTruncated = recap(res.Stdout, res.StdoutTruncated, limits.OutputBytes)
+		res.Stderr, res.StderrTruncated = recap(res.Stderr, res.StderrTruncated, limits.OutputBytes)
+	}
+	if res.Stdout == nil {
+		res.Stdout = []byte{}
+	}
+	if res.Stderr == nil {
+		res.Stderr = []byte{}
+	}
+	if sig := int(unix.SignalNum(res.Signal)); sig != 0 && res.ExitCode <= 0 {
+		res.ExitCode = 128 + sig
+	}
+	if cg != nil {
+		res.OOMKilled = res.Signal == "SIGKILL" && !res.TimedOut && after.OOMKills > before.OOMKills
+		res.Usage = runner.Usage{CPU: after.CPU - before.CPU, PeakMemory: after.Peak}
+	}
+	return res
+}
+
+// OOMResult is the result of a process whose sandbox's agent the OOM
+// killer took.
+func OOMResult(peak int64) runner.Result {
+	return runner.Result{ExitCode: 128 + int(syscall.SIGKILL), Signal: "SIGKILL", OOMKilled: true,
+		Stdout: []byte{}, Stderr: []byte{}, Usage: runner.Usage{PeakMemory: peak}}
+}
+
+// recap caps output at limit bytes, keeping head and tail.
+func recap(b []byte, truncated bool, limit int64) ([]byte, bool) {
+	if int64(len(b)) <= limit {
+		return b, truncated
+	}
+	c := iox.NewCapture(limit)
+	c.Write(b)
+	out, _ := c.Bytes()
+	return out, true
+}
+
+// signalName turns the agent's signal description ("killed", "SIGKILL",
+// "9") into the runner's form ("SIGKILL").
+func signalName(s string) string {
+	if s == "" {
+		return ""
+	}
+	if n := unix.SignalNum(s); n != 0 {
+		return s
+	}
+	for i := syscall.Signal(1); i < 65; i++ {
+		if i.String() == s || fmt.Sprint(int(i)) == s {
+			if name := unix.SignalName(i); name != "" {
+				return name
+			}
+		}
+	}
+	return s
+}
