@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // BenchmarkContainerd compares, in one run, starting Python through the
@@ -26,12 +27,12 @@ func BenchmarkContainerd(b *testing.B) {
 	}
 	b.Run("ctr-run", func(b *testing.B) {
 		measure(b, func() error {
-			args := append([]string{"run", "--rm", "--read-only", img, "bench-" + newID()}, py...)
+			args := append([]string{"run", "--rm", "--read-only", img, "bench-" + hostside.NewID()}, py...)
 			return ctr(args...).Run()
 		})
 	})
 	b.Run("ctr-task-exec", func(b *testing.B) {
-		name := "bench-" + newID()
+		name := "bench-" + hostside.NewID()
 		if out, err := ctr("run", "-d", "--read-only", img, name, "sleep", "600").CombinedOutput(); err != nil {
 			b.Fatalf("%v: %s", err, out)
 		}
@@ -42,7 +43,7 @@ func BenchmarkContainerd(b *testing.B) {
 			ctr("container", "delete", name).Run()
 		}()
 		measure(b, func() error {
-			args := append([]string{"task", "exec", "--exec-id", "e" + newID(), name}, py...)
+			args := append([]string{"task", "exec", "--exec-id", "e" + hostside.NewID(), name}, py...)
 			return ctr(args...).Run()
 		})
 	})

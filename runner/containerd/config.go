@@ -1,8 +1,6 @@
 package containerd
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -92,9 +90,7 @@ type Config struct {
 }
 
 var (
-	validID    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-	validLabel = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-/]{0,127}$`)
-	validNS    = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?$`)
+	validNS = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?$`)
 )
 
 func (c *Config) setDefaults() error {
@@ -130,9 +126,9 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("containerd: StateDir %q: %w", c.StateDir, err)
 	}
 	if c.InstanceID == "" {
-		c.InstanceID = newID()
+		c.InstanceID = hostside.NewID()
 	}
-	if !validID.MatchString(c.InstanceID) {
+	if !hostside.ValidID.MatchString(c.InstanceID) {
 		return fmt.Errorf("containerd: InstanceID %q: want [a-zA-Z0-9_.-], at most 63 characters", c.InstanceID)
 	}
 	if c.RunscBinary == "" {
@@ -155,10 +151,4 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return nil
-}
-
-func newID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -27,7 +26,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := r.checkSpec(&spec); err != nil {
+	if err := hostside.CheckSpec(&spec); err != nil {
 		return nil, err
 	}
 	limits := hostside.MergeLimits(spec.Limits, r.cfg.Defaults)
@@ -228,50 +227,4 @@ func (r *Runner) ctxOr(ctx context.Context, err error) error {
 		return fmt.Errorf("%w (%v)", ctx.Err(), err)
 	}
 	return err
-}
-
-func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
-	if spec.ID == "" {
-		spec.ID = newID()
-	}
-	if !validID.MatchString(spec.ID) {
-		return fmt.Errorf("create sandbox: id %q: %w", spec.ID, runner.ErrInvalidSpec)
-	}
-	switch spec.Network {
-	case "", runner.NetworkNone:
-		spec.Network = runner.NetworkNone
-	case runner.NetworkEgress:
-		if spec.Egress == nil {
-			return fmt.Errorf("create sandbox: network %q without an Egress: %w", spec.Network, runner.ErrInvalidSpec)
-		}
-	default:
-		return fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
-	}
-	switch spec.WorkspaceMode {
-	case "":
-		spec.WorkspaceMode = runner.WorkspaceNone
-		if spec.Workspace != "" {
-			spec.WorkspaceMode = runner.WorkspaceReadOnly
-		}
-	case runner.WorkspaceNone, runner.WorkspaceReadOnly, runner.WorkspaceReadWrite:
-	default:
-		return fmt.Errorf("create sandbox: workspace mode %q: %w", spec.WorkspaceMode, runner.ErrInvalidSpec)
-	}
-	if spec.WorkspaceMode != runner.WorkspaceNone {
-		if spec.Workspace == "" || !filepath.IsAbs(spec.Workspace) {
-			return fmt.Errorf("create sandbox: workspace %q must be an absolute path: %w", spec.Workspace, runner.ErrInvalidSpec)
-		}
-		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-			return fmt.Errorf("create sandbox: workspace %q is not a directory: %w", spec.Workspace, runner.ErrInvalidSpec)
-		}
-	}
-	if err := hostside.ValidLimits(spec.Limits); err != nil {
-		return fmt.Errorf("create sandbox: %w: %w", err, runner.ErrInvalidSpec)
-	}
-	for k := range spec.Labels {
-		if !validLabel.MatchString(k) || strings.HasPrefix(k, "sandboxd.") {
-			return fmt.Errorf("create sandbox: label %q: %w", k, runner.ErrInvalidSpec)
-		}
-	}
-	return nil
 }

@@ -288,7 +288,7 @@ func TestAgentFailsToStart(t *testing.T) {
 	os.Chmod(filepath.Dir(bad), 0o755)
 	r := newTestRunner(t, Config{AgentPath: bad, ReconcileInterval: -1})
 	start := time.Now()
-	id := "broken-" + newID()
+	id := "broken-" + hostside.NewID()
 	_, err := r.Create(t.Context(), runner.SandboxSpec{ID: id})
 	if err == nil || !strings.Contains(err.Error(), "agent-is-broken") {
 		t.Fatalf("Create with a broken agent: %v; want the agent's log in the error", err)
@@ -341,8 +341,8 @@ func TestReap(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(proc string) string {
-		id := "reap-" + newID()
-		labels := map[string]string{LabelManaged: "true", LabelOwner: "other-" + newID(), LabelSandbox: id, hostside.LabelOwnerProc: proc}
+		id := "reap-" + hostside.NewID()
+		labels := map[string]string{LabelManaged: "true", LabelOwner: "other-" + hostside.NewID(), LabelSandbox: id, hostside.LabelOwnerProc: proc}
 		_, err := r.c.NewContainer(ctx, id, client.WithSnapshotter(DefaultSnapshotter),
 			client.WithNewSnapshotView(id, img, snapshots.WithLabels(labels)),
 			client.WithContainerLabels(labels), client.WithSpec(&specs.Spec{Version: specs.Version, Root: &specs.Root{Path: "rootfs"}}))
@@ -354,7 +354,7 @@ func TestReap(t *testing.T) {
 	}
 	deadID, liveID := mk(deadProc), mk(hostside.SelfProc)
 	// A snapshot without a container (crash between the two).
-	lone := "reap-lone-" + newID()
+	lone := "reap-lone-" + hostside.NewID()
 	if _, err := r.c.SnapshotService(DefaultSnapshotter).View(ctx, lone, "", snapshots.WithLabels(map[string]string{LabelManaged: "true", LabelOwner: "x", LabelSandbox: lone, hostside.LabelOwnerProc: deadProc})); err != nil {
 		t.Fatal(err)
 	}

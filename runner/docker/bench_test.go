@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // BenchmarkDocker compares, in one run, starting Python through the docker
@@ -23,7 +24,7 @@ func BenchmarkDocker(b *testing.B) {
 		measure(b, func() error { return exec.Command("docker", args...).Run() })
 	})
 	b.Run("cli-exec", func(b *testing.B) {
-		name := "sandboxd-bench-" + newID()
+		name := "sandboxd-bench-" + hostside.NewID()
 		if out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "none", "--name", name, "--entrypoint", "sleep", testImage, "600").CombinedOutput(); err != nil {
 			b.Fatalf("%v: %s", err, out)
 		}

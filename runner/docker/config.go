@@ -1,14 +1,11 @@
 package docker
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
@@ -64,11 +61,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-var (
-	validID    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-	validLabel = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-/]{0,127}$`)
-)
-
 func (c *Config) setDefaults() error {
 	if c.Host == "" {
 		c.Host = os.Getenv("DOCKER_HOST")
@@ -96,9 +88,9 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("docker: StateDir %q: %w", c.StateDir, err)
 	}
 	if c.InstanceID == "" {
-		c.InstanceID = newID()
+		c.InstanceID = hostside.NewID()
 	}
-	if !validID.MatchString(c.InstanceID) {
+	if !hostside.ValidID.MatchString(c.InstanceID) {
 		return fmt.Errorf("docker: InstanceID %q: want [a-zA-Z0-9_.-], at most 63 characters", c.InstanceID)
 	}
 	if c.TmpBytes == 0 {
@@ -118,10 +110,4 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return nil
-}
-
-func newID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -171,46 +171,8 @@ func (r *Runner) ctxOr(ctx context.Context, err error) error {
 }
 
 func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
-	if spec.ID == "" {
-		spec.ID = newID()
-	}
-	if !validID.MatchString(spec.ID) {
-		return fmt.Errorf("create sandbox: id %q: %w", spec.ID, runner.ErrInvalidSpec)
-	}
-	switch spec.Network {
-	case "", runner.NetworkNone:
-	case runner.NetworkEgress:
-		if spec.Egress == nil {
-			return fmt.Errorf("create sandbox: network %q needs SandboxSpec.Egress: %w", spec.Network, runner.ErrInvalidSpec)
-		}
-	default:
-		return fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
-	}
-	switch spec.WorkspaceMode {
-	case "":
-		spec.WorkspaceMode = runner.WorkspaceNone
-		if spec.Workspace != "" {
-			spec.WorkspaceMode = runner.WorkspaceReadOnly
-		}
-	case runner.WorkspaceNone, runner.WorkspaceReadOnly, runner.WorkspaceReadWrite:
-	default:
-		return fmt.Errorf("create sandbox: workspace mode %q: %w", spec.WorkspaceMode, runner.ErrInvalidSpec)
-	}
-	if spec.WorkspaceMode != runner.WorkspaceNone {
-		if spec.Workspace == "" || !filepath.IsAbs(spec.Workspace) {
-			return fmt.Errorf("create sandbox: workspace %q must be an absolute path: %w", spec.Workspace, runner.ErrInvalidSpec)
-		}
-		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-			return fmt.Errorf("create sandbox: workspace %q is not a directory: %w", spec.Workspace, runner.ErrInvalidSpec)
-		}
-	}
-	if err := hostside.ValidLimits(spec.Limits); err != nil {
-		return fmt.Errorf("create sandbox: %w: %w", err, runner.ErrInvalidSpec)
-	}
-	for k := range spec.Labels {
-		if !validLabel.MatchString(k) || len(k) >= len("sandboxd.") && k[:len("sandboxd.")] == "sandboxd." {
-			return fmt.Errorf("create sandbox: label %q: %w", k, runner.ErrInvalidSpec)
-		}
+	if err := hostside.CheckSpec(spec); err != nil {
+		return err
 	}
 	if !r.caps.Seccomp || !r.caps.Cgroups {
 		return fmt.Errorf("create sandbox: daemon at %s lacks seccomp or cgroup limits: %w", r.cfg.Host, runner.ErrUnsupported)

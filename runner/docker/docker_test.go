@@ -203,10 +203,10 @@ func TestReapForeignOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer api.Close()
-	name := "sandboxd-test-foreign-" + newID()
+	name := "sandboxd-test-foreign-" + hostside.NewID()
 	resp, err := api.ContainerCreate(t.Context(), &container.Config{
 		Image: testImage, Entrypoint: []string{"sleep", "300"},
-		Labels: map[string]string{LabelManaged: "true", LabelOwner: "previous-" + newID(), LabelSandbox: name},
+		Labels: map[string]string{LabelManaged: "true", LabelOwner: "previous-" + hostside.NewID(), LabelSandbox: name},
 	}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func TestAgentFailsToStart(t *testing.T) {
 	os.Chmod(filepath.Dir(bad), 0o755)
 	r := newTestRunner(t, Config{AgentPath: bad, ReconcileInterval: -1})
 	start := time.Now()
-	_, err := r.Create(t.Context(), runner.SandboxSpec{ID: "broken-" + newID()})
+	_, err := r.Create(t.Context(), runner.SandboxSpec{ID: "broken-" + hostside.NewID()})
 	if err == nil || !strings.Contains(err.Error(), "agent-is-broken") {
 		t.Fatalf("Create with a broken agent: %v; want the container's log in the error", err)
 	}
@@ -338,10 +338,10 @@ func TestReapByOwnerLiveness(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(proc string) string {
-		name := "sandboxd-test-owner-" + newID()
+		name := "sandboxd-test-owner-" + hostside.NewID()
 		resp, err := api.ContainerCreate(t.Context(), &container.Config{
 			Image: testImage, Entrypoint: []string{"sleep", "300"},
-			Labels: map[string]string{LabelManaged: "true", LabelOwner: "other-" + newID(), LabelSandbox: name, hostside.LabelOwnerProc: proc},
+			Labels: map[string]string{LabelManaged: "true", LabelOwner: "other-" + hostside.NewID(), LabelSandbox: name, hostside.LabelOwnerProc: proc},
 		}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
 		if err != nil {
 			t.Fatal(err)
