@@ -12,11 +12,17 @@ import (
 // write the OCI spec themselves. It is resolved for a process with no
 // capabilities on this host's architecture and kernel: rules the Docker
 // profile grants only to a capability are dropped, as are those of other
-// architectures. The result is a fresh value the caller may modify.
-func SeccompOCI(allowInet bool) (*specs.LinuxSeccomp, error) {
+// architectures. With gvisor the profile is SeccompGVisor's variant, for
+// runsc --oci-seccomp. The result is a fresh value the caller may modify.
+func SeccompOCI(allowInet, gvisor bool) (*specs.LinuxSeccomp, error) {
 	prof, err := SeccompProfile(allowInet)
 	if err != nil {
 		return nil, err
+	}
+	if gvisor {
+		if prof, err = SeccompGVisor(prof); err != nil {
+			return nil, err
+		}
 	}
 	// Sandboxes hold no capabilities: resolve includes/excludes for an
 	// empty bounding set.

@@ -26,7 +26,7 @@ func TestSeccompOCIGolden(t *testing.T) {
 	}{{"seccomp-oci-inet.json", true}, {"seccomp-oci-noinet.json", false}} {
 		t.Run(tc.file, func(t *testing.T) {
 			t.Parallel()
-			sc, err := SeccompOCI(tc.inet)
+			sc, err := SeccompOCI(tc.inet, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +56,7 @@ func TestSeccompOCIGolden(t *testing.T) {
 func TestSeccompOCITightened(t *testing.T) {
 	t.Parallel()
 	for _, inet := range []bool{false, true} {
-		sc, err := SeccompOCI(inet)
+		sc, err := SeccompOCI(inet, false)
 		if err != nil {
 			t.Fatal(err)
 		}

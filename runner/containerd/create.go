@@ -83,7 +83,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err != nil {
 		return nil, r.ctxOr(ctx, fmt.Errorf("create sandbox: %w", err))
 	}
-	sc, err := policy.SeccompOCI(egress)
+	sc, err := policy.SeccompOCI(egress, r.gvisor)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}

@@ -100,8 +100,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 }
 
 func (r *Runner) init(ctx context.Context) error {
-	if _, err := policy.SeccompOCI(false); err != nil {
-		return err
+	for _, gvisor := range []bool{false, true} {
+		if _, err := policy.SeccompOCI(false, gvisor); err != nil {
+			return err
+		}
 	}
 	switch r.cfg.Runtime {
 	case "", "runc", RuntimeRunc:

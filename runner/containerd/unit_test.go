@@ -17,7 +17,7 @@ import (
 
 func TestBuildSpec(t *testing.T) {
 	t.Parallel()
-	sc, err := policy.SeccompOCI(false)
+	sc, err := policy.SeccompOCI(false, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,9 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -63,48 +62,18 @@ func isGVisor(name, path string) bool {
 // gvisorProfiles memoizes gvisorSeccomp (a handful of distinct profiles).
 var gvisorProfiles sync.Map // input profile → converted profile
 
-// gvisorSeccomp rewrites the Docker seccomp profile (JSON) for runsc
-// --oci-seccomp: the clone3 rule that answers ENOSYS becomes an allow rule
-// (see above). Everything else is kept.
+// gvisorSeccomp is policy.SeccompGVisor, memoized: the Docker seccomp
+// profile (JSON) for runsc --oci-seccomp.
 func gvisorSeccomp(profile string) (string, error) {
 	if out, ok := gvisorProfiles.Load(profile); ok {
 		return out.(string), nil
 	}
-	out, err := convertGVisorSeccomp(profile)
+	b, err := policy.SeccompGVisor([]byte(profile))
+	out := string(b)
 	if err == nil {
 		gvisorProfiles.Store(profile, out)
 	}
 	return out, err
-}
-
-func convertGVisorSeccomp(profile string) (string, error) {
-	var p map[string]any
-	if err := json.Unmarshal([]byte(profile), &p); err != nil {
-		return "", fmt.Errorf("docker: seccomp profile: %w", err)
-	}
-	rules, _ := p["syscalls"].([]any)
-	found := false
-	for _, r := range rules {
-		rule, _ := r.(map[string]any)
-		names, _ := rule["names"].([]any)
-		if rule["action"] != "SCMP_ACT_ERRNO" || !slices.Contains(names, any("clone3")) {
-			continue
-		}
-		if len(names) != 1 {
-			return "", fmt.Errorf("docker: seccomp profile: clone3 shares an errno rule with %v", names)
-		}
-		rule["action"] = "SCMP_ACT_ALLOW"
-		delete(rule, "errnoRet")
-		found = true
-	}
-	if !found {
-		return profile, nil
-	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return "", fmt.Errorf("docker: seccomp profile: %w", err)
-	}
-	return string(b), nil
 }
 
 // gvisorHostPIDs is the host pids limit of a gVisor sandbox allowed pids

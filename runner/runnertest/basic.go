@@ -245,3 +245,20 @@ func (s *suite) testConcurrentExec(t *testing.T) {
 		t.Errorf("Stats reports no CPU use: %+v", u)
 	}
 }
+
+// testThreads: programs can start threads (glibc's pthread_create uses
+// clone3, which the seccomp profile answers in a way glibc falls back
+// from; under gVisor that answer must not become EPERM).
+func (s *suite) testThreads(t *testing.T) {
+	sb := s.sandbox(t, runner.SandboxSpec{})
+	res := s.py(t, sb, `import threading
+out = []
+ts = [threading.Thread(target=out.append, args=(i,)) for i in range(4)]
+for th in ts: th.start()
+for th in ts: th.join()
+print(sorted(out))`)
+	mustOK(t, res)
+	if strings.TrimSpace(string(res.Stdout)) != "[0, 1, 2, 3]" {
+		t.Fatalf("threads: %q", res.Stdout)
+	}
+}

@@ -65,6 +65,7 @@ func Run(t *testing.T, f Factory) {
 		{"Echo", s.testEcho},
 		{"Stdin", s.testStdin},
 		{"EnvExact", s.testEnv},
+		{"Threads", s.testThreads},
 		{"ExitCodes", s.testExitCodes},
 		{"Signal", s.testSignal},
 		{"Timeout", s.testTimeout},
