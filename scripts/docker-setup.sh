@@ -61,6 +61,16 @@ if ! daemon_up; then
 		# Stale socket/pid from a dead daemon would make dockerd refuse to start.
 		rm -f /var/run/docker.pid
 		[ -S "$sock" ] && rm -f "$sock"
+		# dockerd uses the system containerd whenever its socket file
+		# exists, and fails after a minute when nothing answers there (a
+		# containerd that died or was killed leaves the file behind).
+		# A stale file goes, so dockerd starts its own containerd;
+		# scripts/containerd-setup.sh starts the system one later.
+		csock=/run/containerd/containerd.sock
+		if [ -S "$csock" ] && ! ctr -a "$csock" --timeout 2s version >/dev/null 2>&1; then
+			echo "docker-setup: removing stale $csock (no containerd answers)" >&2
+			rm -f "$csock" "$csock.ttrpc"
+		fi
 		# Plain defaults: keeps/creates docker0 (never --bridge=none, which
 		# deletes an existing docker0). setsid detaches it from our session so
 		# it survives the calling CI step.
