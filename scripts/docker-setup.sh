@@ -44,6 +44,9 @@ fi
 DOCKER=$(docker_bin)
 
 daemon_up() { "$DOCKER" info >/dev/null 2>&1; }
+# A live process, not a zombie (kill -0 and pgrep both accept zombies: a
+# killed dockerd nobody reaped would look like one still starting).
+alive() { [ -n "$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ] && kill -0 "$1" 2>/dev/null; }
 
 # 2. Daemon: never start a second one. A live socket or a live dockerd process
 #    (maybe still starting) means: just wait for it.
@@ -52,11 +55,15 @@ if ! daemon_up; then
 	pid=""
 	if [ -f /var/run/docker.pid ]; then
 		pid=$(cat /var/run/docker.pid 2>/dev/null || true)
-		if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+		if [ -n "$pid" ] && ! alive "$pid"; then
 			pid="" # stale pid file
 		fi
 	fi
-	[ -z "$pid" ] && pid=$(pgrep -x dockerd | head -1 || true)
+	if [ -z "$pid" ]; then
+		for p in $(pgrep -x dockerd || true); do
+			if alive "$p"; then pid=$p; break; fi
+		done
+	fi
 	if [ -z "$pid" ]; then
 		# Stale socket/pid from a dead daemon would make dockerd refuse to start.
 		rm -f /var/run/docker.pid
