@@ -76,6 +76,14 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, ev *Event) {
 		up.Close()
 		ev.BytesOut, ev.BytesIn = up.out.Load(), up.in.Load()
 	}()
+	// The server's Close does not reach an exchange ReverseProxy took over
+	// (an upgrade to WebSocket hijacks the client connection): closing the
+	// origin side ends it when Serve ends.
+	if !h.track(up) {
+		h.fail(w, ev, &denial{status: http.StatusServiceUnavailable, allowed: true, reason: "egress: proxy stopped"})
+		return
+	}
+	defer h.untrack(up)
 	sw := &statusWriter{ResponseWriter: w}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

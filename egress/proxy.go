@@ -192,10 +192,11 @@ type handler struct {
 	e       *sandboxEgress
 	mu      sync.Mutex
 	closed  bool
-	tunnels map[net.Conn]struct{}
+	tunnels map[net.Conn]struct{} // hijacked clients and forwarded origins
 }
 
-// track registers a hijacked connection; false when Serve has ended.
+// track registers a connection to close when Serve ends; false when it has
+// ended.
 func (h *handler) track(c net.Conn) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

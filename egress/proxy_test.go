@@ -634,3 +634,55 @@ func TestProtectedAddress(t *testing.T) {
 		}
 	}
 }
+
+// An upgraded exchange (WebSocket) forwarded as plain http ends when the
+// sandbox's listener closes, like a CONNECT tunnel.
+func TestServeStopsUpgraded(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want an upgrade", http.StatusBadRequest)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprint(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		io.Copy(c, brw) // echo until the proxy closes
+	}))
+	t.Cleanup(srv.Close)
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	e := newEnv(t, loopbackPolicy(port), newResolver("allowed.test", "127.0.0.1"), Options{})
+	conn, err := net.Dial("unix", e.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET http://allowed.test:%d/ws HTTP/1.1\r\nHost: allowed.test:%d\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", port, port)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	fmt.Fprint(conn, "ping\n")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Fatalf("echo through the upgraded connection: %q %v", line, err)
+	}
+	e.ln.Close()
+	select {
+	case err := <-e.served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+		e.served <- nil // for the cleanup
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("upgraded connection still open after Serve ended: %v", err)
+	}
+}
