@@ -17,7 +17,8 @@
 //     and the headers it names, Keep-Alive, TE, Trailer, Transfer-Encoding,
 //     Upgrade) and every Proxy-* header are removed; the client connection
 //     is kept alive and every request on it is decided anew. Each request
-//     gets its own upstream connection.
+//     gets its own upstream connection. A protocol upgrade (WebSocket) the
+//     origin accepts with 101 becomes a two-way byte stream, like a tunnel.
 //   - "CONNECT host:port" opens a tunnel (for https): after "200 Connection
 //     established" bytes pass unchanged both ways, half-close aware, until
 //     both sides finish or the tunnel is idle for Options.IdleTimeout.
@@ -43,7 +44,11 @@
 //
 // A refusal is an HTTP 403 with a plain-text body saying why ("egress
 // denied: ..."); a failure to resolve or connect is a 502, a timeout 504.
-// Every decision is recorded through Scope.Record and counted in
+// Every decision is recorded through Scope.Record, also for requests
+// net/http refuses before any handler runs (a malformed or oversized
+// header, a request cut off), and counted in
 // sandboxd_egress_requests_total{tenant,decision}; bytes exchanged with
-// origins in sandboxd_egress_bytes_total{tenant,direction}.
+// origins in sandboxd_egress_bytes_total{tenant,direction}. When the
+// sandbox's listener closes, Serve ends every connection it still serves:
+// requests, tunnels and upgraded exchanges.
 package egress

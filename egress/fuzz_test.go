@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,7 +126,18 @@ func FuzzProxyConn(f *testing.F) {
 		f.Fatal(err)
 	}
 	pol := loopbackPolicy(port, policy.EgressRule{Host: "allowed.test", Ports: []int{port}}, policy.EgressRule{Host: "*.allowed.test"})
-	eg := p.For(Scope{Tenant: "fuzz", Policy: pol}).(*sandboxEgress)
+	var badEvent atomic.Value // string: an audit event that breaks the rules
+	record := func(ev Event) {
+		switch {
+		case !ev.Allowed && ev.Reason == "":
+			badEvent.Store(fmt.Sprintf("denial without a reason: %+v", ev))
+		case strings.ContainsFunc(ev.Method+ev.Host, func(r rune) bool { return r < ' ' || r == 0x7f }):
+			badEvent.Store(fmt.Sprintf("control characters in the audit record: %+v", ev))
+		case ev.Tenant != "fuzz":
+			badEvent.Store(fmt.Sprintf("wrong tenant: %+v", ev))
+		}
+	}
+	eg := p.For(Scope{Tenant: "fuzz", Policy: pol, Record: record}).(*sandboxEgress)
 	var bad error
 	eg.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if addr != target {
@@ -166,6 +179,9 @@ func FuzzProxyConn(f *testing.F) {
 		io.Copy(io.Discard, c)
 		if bad != nil {
 			t.Fatal(bad)
+		}
+		if msg, _ := badEvent.Load().(string); msg != "" {
+			t.Fatal(msg)
 		}
 	})
 }

@@ -17,6 +17,9 @@ import (
 // absolute-form plain-http request.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := h.e
+	if ac, ok := r.Context().Value(auditConnKey{}).(*auditConn); ok {
+		ac.handled()
+	}
 	ev := Event{Time: time.Now(), Tenant: e.scope.Tenant, Session: e.scope.Session, Method: r.Method, Rule: -1}
 	defer func() {
 		ev.Duration = time.Since(ev.Time)

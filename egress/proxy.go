@@ -176,9 +176,11 @@ func (e *sandboxEgress) Serve(l net.Listener) error {
 		IdleTimeout:       e.p.opts.IdleTimeout,
 		MaxHeaderBytes:    e.p.opts.MaxHeaderBytes,
 		ErrorLog:          e.errLog,
+		ConnState:         e.connState,
+		ConnContext:       auditConnContext,
 	}
 	srv.SetKeepAlivesEnabled(true)
-	err := srv.Serve(ll)
+	err := srv.Serve(auditListener{ll})
 	srv.Close()
 	h.closeTunnels()
 	if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) {

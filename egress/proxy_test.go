@@ -456,6 +456,7 @@ func TestBadRequests(t *testing.T) {
 		{"garbage", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			before := len(e.waitEvents(t, 0))
 			conn, err := net.Dial("unix", e.sock)
 			if err != nil {
 				t.Fatal(err)
@@ -470,7 +471,57 @@ func TestBadRequests(t *testing.T) {
 			if resp.StatusCode != tc.want {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.want, b)
 			}
+			conn.Close()
+			// Audited once, also what net/http refused before the handler.
+			ev := e.waitEvents(t, before+1)[before]
+			if ev.Allowed || ev.Status != tc.want || ev.Reason == "" || ev.Tenant != "acme" {
+				t.Fatalf("audit event %+v, want a denial with status %d", ev, tc.want)
+			}
 		})
+	}
+	// A request cut off mid-header is audited when its connection closes,
+	// with what it asked for.
+	before := len(e.waitEvents(t, 0))
+	conn, err := net.Dial("unix", e.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(conn, "GET http://allowed.test/secret HTTP/1.1\r\nHost: allo")
+	time.Sleep(50 * time.Millisecond)
+	conn.Close()
+	ev := e.waitEvents(t, before+1)[before]
+	// (net/http answers a truncated header with 400.)
+	if ev.Allowed || ev.Status != http.StatusBadRequest || ev.Reason == "" ||
+		ev.Method != "GET" || ev.Host != "http://allowed.test/secret" {
+		t.Fatalf("audit event %+v, want a refused GET", ev)
+	}
+	// A connection that closes between requests is no request.
+	conn, err = net.Dial("unix", e.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	time.Sleep(100 * time.Millisecond)
+	if n := len(e.waitEvents(t, 0)); n != before+1 {
+		t.Fatalf("%d events after an empty connection, want %d", n, before+1)
+	}
+}
+
+// waitEvents waits until at least n events were recorded and returns them.
+func (e *env) waitEvents(t *testing.T, n int) []Event {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e.mu.Lock()
+		evs := append([]Event(nil), e.events...)
+		e.mu.Unlock()
+		if len(evs) >= n {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events recorded, want %d", len(evs), n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
