@@ -11,8 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/policy"
-	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
 // denial is a refused or failed request: the status and the plain-text
@@ -93,7 +93,7 @@ func splitTarget(authority string, defaultPort int) (host string, port int, err 
 // refuse says why ip must not be contacted, or "" when it may.
 func (e *sandboxEgress) refuse(ip netip.Addr) string {
 	ip = ip.Unmap()
-	why := builtin.ClassifyIP(ip)
+	why := netclass.Classify(ip)
 	if why == "" {
 		return ""
 	}

@@ -36,7 +36,7 @@
 // https); the host is resolved once through Options.Resolver and every
 // address is checked: loopback, private, link-local, CGNAT, cloud metadata,
 // unspecified, multicast, reserved and IPv6 forms carrying such IPv4
-// addresses are refused (tools/builtin.ClassifyIP) unless inside the
+// addresses are refused (internal/netclass) unless inside the
 // policy's AllowPrivateCIDRs (cloud metadata addresses only when listed as
 // a single address). The connection goes to exactly an address that passed
 // (no second lookup: DNS rebinding cannot swap it), and the dialer checks

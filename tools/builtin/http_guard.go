@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/internal/netclass"
 )
 
 // RefusedError is the SSRF guard refusing to connect to an address.
@@ -61,7 +63,7 @@ func (g *ssrfGuard) control(network, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return &RefusedError{Host: address, Reason: "unparseable"}
 	}
-	if why := ClassifyIP(ap.Addr()); why != "" {
+	if why := netclass.Classify(ap.Addr()); why != "" {
 		return &RefusedError{Host: ap.Addr().String(), Addr: ap.Addr(), Reason: why}
 	}
 	return nil
@@ -84,7 +86,7 @@ func (g *ssrfGuard) dialContext(ctx context.Context, network, addr string) (net.
 		ips = []netip.Addr{ip}
 	} else {
 		if !g.allowPrivate {
-			if err := CheckHost(host); err != nil {
+			if err := netclass.CheckHost(host); err != nil {
 				return nil, &RefusedError{Host: host, Reason: err.Error()}
 			}
 		}
@@ -100,7 +102,7 @@ func (g *ssrfGuard) dialContext(ctx context.Context, network, addr string) (net.
 	for _, ip := range ips {
 		ip = ip.Unmap() // resolvers may answer A records as ::ffff:a.b.c.d
 		if !g.allowPrivate {
-			if why := ClassifyIP(ip); why != "" {
+			if why := netclass.Classify(ip); why != "" {
 				refused = append(refused, &RefusedError{Host: host, Addr: ip, Reason: why})
 				continue
 			}
@@ -133,7 +135,7 @@ func (g *ssrfGuard) checkRedirect(max int) func(req *http.Request, via []*http.R
 			return fmt.Errorf("redirect to %q refused: only http and https URLs may be followed", req.URL.Redacted())
 		}
 		if !g.allowPrivate {
-			if err := CheckHost(req.URL.Hostname()); err != nil {
+			if err := netclass.CheckHost(req.URL.Hostname()); err != nil {
 				return &RefusedError{Host: req.URL.Hostname(), Reason: fmt.Sprintf("redirect to %s: %v", req.URL.Redacted(), err)}
 			}
 		}

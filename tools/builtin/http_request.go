@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -135,7 +136,7 @@ func runHTTPRequest(ctx context.Context, env tools.Env, h *httpHooks, args map[s
 	}
 	g := newSSRFGuard(lim.allowPrivate, h.lookup)
 	if !lim.allowPrivate {
-		if err := CheckHost(u.Hostname()); err != nil {
+		if err := netclass.CheckHost(u.Hostname()); err != nil {
 			return errResult(start, "request refused by the SSRF guard: "+err.Error())
 		}
 	}

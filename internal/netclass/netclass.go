@@ -1,4 +1,10 @@
-package builtin
+// Package netclass decides which network addresses a sandbox's traffic may
+// reach: only public unicast addresses. Everything an attacker could use to
+// reach the host, the cluster or a cloud metadata service is refused, in
+// every spelling. The in-process http_request tool (tools/builtin) and the
+// egress proxy (egress) both judge addresses here; it imports nothing of
+// sandboxd.
+package netclass
 
 import (
 	"errors"
@@ -7,10 +13,6 @@ import (
 	"strconv"
 	"strings"
 )
-
-// The SSRF guard's address classifier. http_request may only reach public
-// unicast addresses: everything an attacker could use to reach the host, the
-// cluster or a cloud metadata service is refused, in every spelling.
 
 // blockedRange is one refused range and why.
 type blockedRange struct {
@@ -70,10 +72,10 @@ var (
 	globalV6  = mustPrefix("2000::/3")
 )
 
-// ClassifyIP reports why ip must not be contacted, or "" when it is a public
+// IP reports why ip must not be contacted, or "" when it is a public
 // unicast address. IPv6 forms that carry an IPv4 address (IPv4-mapped,
 // IPv4-compatible, NAT64, 6to4) are judged by the address they carry.
-func ClassifyIP(ip netip.Addr) string {
+func Classify(ip netip.Addr) string {
 	if !ip.IsValid() {
 		return "invalid address"
 	}
@@ -92,7 +94,7 @@ func ClassifyIP(ip netip.Addr) string {
 	a := ip.As16()
 	switch {
 	case mappedV4.Contains(ip):
-		if why := ClassifyIP(netip.AddrFrom4([4]byte(a[12:16]))); why != "" {
+		if why := Classify(netip.AddrFrom4([4]byte(a[12:16]))); why != "" {
 			return "IPv4-mapped " + why
 		}
 		return ""
@@ -101,17 +103,17 @@ func ClassifyIP(ip netip.Addr) string {
 	case ip == netip.IPv6Loopback():
 		return "loopback"
 	case compatV4.Contains(ip):
-		if why := ClassifyIP(netip.AddrFrom4([4]byte(a[12:16]))); why != "" {
+		if why := Classify(netip.AddrFrom4([4]byte(a[12:16]))); why != "" {
 			return "IPv4-compatible " + why
 		}
 		return "IPv4-compatible IPv6 address (deprecated, not routable)"
 	case nat64.Contains(ip):
-		if why := ClassifyIP(netip.AddrFrom4([4]byte(a[12:16]))); why != "" {
+		if why := Classify(netip.AddrFrom4([4]byte(a[12:16]))); why != "" {
 			return "NAT64 " + why
 		}
 		return ""
 	case sixToFour.Contains(ip):
-		if why := ClassifyIP(netip.AddrFrom4([4]byte(a[2:6]))); why != "" {
+		if why := Classify(netip.AddrFrom4([4]byte(a[2:6]))); why != "" {
 			return "6to4 " + why
 		}
 		return ""
@@ -228,7 +230,7 @@ func parseIPv4Part(s string) (uint64, bool) {
 	return n, true
 }
 
-// CheckHost is the guard's early check on a URL's host, before any DNS
+// Host is the guard's early check on a URL's host, before any DNS
 // lookup. A numeric host in any spelling is judged by its address, and only
 // its canonical spelling is accepted; "localhost" names are refused. Other
 // names pass here and are judged at dial time by the addresses they
@@ -248,7 +250,7 @@ func CheckHost(host string) error {
 	case err != nil:
 		return fmt.Errorf("host %q is refused: %v", host, err)
 	}
-	if why := ClassifyIP(ip); why != "" {
+	if why := Classify(ip); why != "" {
 		return fmt.Errorf("host %q is refused: %s (%s)", host, why, ip)
 	}
 	canon := strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")

@@ -1,4 +1,4 @@
-package builtin
+package netclass
 
 import (
 	"net/netip"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestClassifyIP(t *testing.T) {
+func TestClassify(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		ip   string
@@ -109,7 +109,7 @@ func TestClassifyIP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := ClassifyIP(ip)
+			got := Classify(ip)
 			if tc.want == "" && got != "" {
 				t.Errorf("refused: %s", got)
 			}
@@ -118,7 +118,7 @@ func TestClassifyIP(t *testing.T) {
 			}
 		})
 	}
-	if ClassifyIP(netip.Addr{}) == "" {
+	if Classify(netip.Addr{}) == "" {
 		t.Error("zero Addr allowed")
 	}
 }
@@ -246,7 +246,7 @@ func FuzzClassifyHost(f *testing.F) {
 		if perr == nil {
 			// Whatever the spelling, an accepted numeric host is a
 			// canonical public address.
-			if why := ClassifyIP(ip); why != "" && err == nil {
+			if why := Classify(ip); why != "" && err == nil {
 				t.Fatalf("CheckHost(%q) allowed %s (%s)", host, ip, why)
 			}
 			if err == nil && ip.Is4() && strings.Trim(host, "[]") != ip.String() {
@@ -254,7 +254,7 @@ func FuzzClassifyHost(f *testing.F) {
 			}
 		}
 		// Everything the standard parser reads as an address must agree.
-		if std, e := netip.ParseAddr(host); e == nil && ClassifyIP(std) != "" && err == nil {
+		if std, e := netip.ParseAddr(host); e == nil && Classify(std) != "" && err == nil {
 			t.Fatalf("CheckHost(%q) allowed %s", host, std)
 		}
 	})
