@@ -56,6 +56,7 @@ type server struct {
 	t       testing.TB
 	URL     string
 	DataDir string
+	Args    []string // more serve flags
 	Config  string
 	cmd     *exec.Cmd
 	log     *bytes.Buffer
@@ -75,7 +76,13 @@ func freeAddr(t testing.TB) string {
 // startServer starts sandboxd with the given YAML config (may be empty).
 func startServer(t testing.TB, config string) *server {
 	t.Helper()
-	s := &server{t: t, DataDir: t.TempDir(), addr: freeAddr(t)}
+	return startServerArgs(t, config)
+}
+
+// startServerArgs is startServer with more serve flags.
+func startServerArgs(t testing.TB, config string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, DataDir: t.TempDir(), addr: freeAddr(t), Args: args}
 	if config != "" {
 		s.Config = filepath.Join(t.TempDir(), "sandboxd.yaml")
 		if err := os.WriteFile(s.Config, []byte(config), 0o600); err != nil {
@@ -93,6 +100,7 @@ func (s *server) start() {
 	if s.Config != "" {
 		args = append(args, "--config", s.Config)
 	}
+	args = append(args, s.Args...)
 	s.cmd = exec.Command(binPath, args...)
 	s.log = &bytes.Buffer{}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log

@@ -137,6 +137,8 @@ func cmdServe(ctx context.Context, args []string, e env) int {
 	fs.StringVar(&fl.DataDir, "data-dir", "", "data directory (env SANDBOXD_DATA_DIR; default /var/lib/sandboxd as root, else $XDG_DATA_HOME/sandboxd or ~/.local/share/sandboxd)")
 	fs.StringVar(&fl.Config, "config", "", "YAML config file (env SANDBOXD_CONFIG)")
 	fs.StringVar(&fl.LogLevel, "log-level", "", "debug, info, warn or error (env SANDBOXD_LOG_LEVEL; default info)")
+	fs.StringVar(&fl.Runner, "runner", "", "local, docker or containerd (env SANDBOXD_RUNNER; default local)")
+	fs.StringVar(&fl.Runtime, "runtime", "", "OCI runtime of the docker or containerd runner: runc, or runsc for gVisor (config runner.docker.runtime / runner.containerd.runtime; default: the daemon's default / runc)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
 		fs.PrintDefaults()

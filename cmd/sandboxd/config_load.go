@@ -16,6 +16,9 @@ import (
 // serveFlags are the serve subcommand's flags that were set explicitly.
 type serveFlags struct {
 	Addr, DataDir, Config, LogLevel string
+	// Runner picks runner.name; Runtime the container runners' OCI
+	// runtime (runner.docker.runtime or runner.containerd.runtime).
+	Runner, Runtime string
 }
 
 // loadConfig layers defaults, the YAML file (from --config, else
@@ -43,9 +46,20 @@ func loadConfig(fl serveFlags, getenv func(string) string, euid int) (*Config, e
 		v   string
 	}{
 		{&cfg.Addr, fl.Addr}, {&cfg.DataDir, fl.DataDir}, {&cfg.LogLevel, fl.LogLevel},
+		{&cfg.Runner.Name, fl.Runner},
 	} {
 		if f.v != "" {
 			*f.dst = f.v
+		}
+	}
+	if fl.Runtime != "" {
+		switch cfg.Runner.Name {
+		case "docker":
+			cfg.Runner.Docker.Runtime = fl.Runtime
+		case "containerd":
+			cfg.Runner.Containerd.Runtime = fl.Runtime
+		default:
+			return nil, fmt.Errorf("--runtime %q: only the docker and containerd runners take a runtime (runner is %q)", fl.Runtime, cfg.Runner.Name)
 		}
 	}
 	if cfg.DataDir == "" {

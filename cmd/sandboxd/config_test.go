@@ -147,6 +147,14 @@ func TestConfigPrecedence(t *testing.T) {
 			func(c *Config) bool {
 				return c.Runner.Name == "docker" && c.Runner.Docker.AgentPath == "/opt/sandbox-agent"
 			}},
+		{"runner and runtime flags over env", serveFlags{DataDir: "/d", Runner: "containerd", Runtime: "runsc"},
+			map[string]string{"SANDBOXD_RUNNER": "docker", "SANDBOXD_AGENT_PATH": "/a", "SANDBOXD_CONTAINERD_RUNTIME": "runc"}, 1000,
+			func(c *Config) bool {
+				return c.Runner.Name == "containerd" && c.Runner.Containerd.Runtime == "runsc" &&
+					c.Runner.Docker.Runtime == "" && c.Runner.Containerd.AgentPath == "/a"
+			}},
+		{"runtime flag for docker", serveFlags{DataDir: "/d", Runner: "docker", Runtime: "runsc"}, map[string]string{"SANDBOXD_AGENT_PATH": "/a"}, 1000,
+			func(c *Config) bool { return c.Runner.Docker.Runtime == "runsc" && c.Runner.Containerd.Runtime == "" }},
 		{"keys allow any address", serveFlags{Addr: "0.0.0.0:8080", DataDir: "/d"}, map[string]string{"SANDBOXD_API_KEYS": "k:t"}, 1000,
 			func(c *Config) bool { return c.Addr == "0.0.0.0:8080" }},
 		{"localhost without keys", serveFlags{Addr: "localhost:8080", DataDir: "/d"}, nil, 1000,
@@ -189,6 +197,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad log level", flags: serveFlags{LogLevel: "loud"}, want: []string{`log_level "loud"`}},
 		{name: "relative data dir", flags: serveFlags{DataDir: "data"}, want: []string{`data_dir "data"`}},
 		{name: "unknown runner", env: map[string]string{"SANDBOXD_RUNNER": "firecracker"}, want: []string{`runner.name "firecracker"`}},
+		{name: "unknown runner flag", flags: serveFlags{Runner: "firecracker"}, want: []string{`runner.name "firecracker"`}},
+		{name: "runtime for the local runner", flags: serveFlags{Runtime: "runsc"}, want: []string{`--runtime "runsc"`, `runner is "local"`}},
 		{name: "relative rootfs", yaml: "runner: {local: {rootfs: rootfs}}\n", want: []string{`runner.local.rootfs "rootfs"`}},
 		{name: "docker without agent", yaml: "runner: {name: docker}\n", want: []string{`runner.docker.agent_path ""`}},
 		{name: "bad sessions", yaml: "sessions: {max_per_tenant: 0, default_ttl: 2h, max_ttl: 1h, max_file_bytes: -1}\n",
