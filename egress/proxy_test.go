@@ -507,6 +507,26 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
+// stopExpectClosed closes the sandbox's listener and expects Serve to
+// return and conn, read through br, to be closed.
+func (e *env) stopExpectClosed(t *testing.T, conn net.Conn, br *bufio.Reader, what string) {
+	t.Helper()
+	e.ln.Close()
+	select {
+	case err := <-e.served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+		e.served <- nil // for the cleanup
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("%s still open after Serve ended: %v", what, err)
+	}
+}
+
 // waitEvents waits until at least n events were recorded and returns them.
 func (e *env) waitEvents(t *testing.T, n int) []Event {
 	t.Helper()
@@ -554,20 +574,7 @@ func TestServeStopsTunnels(t *testing.T) {
 	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("CONNECT: %v %v", resp, err)
 	}
-	e.ln.Close()
-	select {
-	case err := <-e.served:
-		if err != nil {
-			t.Fatalf("Serve: %v", err)
-		}
-		e.served <- nil // for the cleanup
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return")
-	}
-	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := br.ReadByte(); err != io.EOF {
-		t.Fatalf("tunnel still open after Serve ended: %v", err)
-	}
+	e.stopExpectClosed(t, conn, br, "tunnel")
 }
 
 func TestDialOnlyCheckedAddress(t *testing.T) {
@@ -722,18 +729,5 @@ func TestServeStopsUpgraded(t *testing.T) {
 	if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
 		t.Fatalf("echo through the upgraded connection: %q %v", line, err)
 	}
-	e.ln.Close()
-	select {
-	case err := <-e.served:
-		if err != nil {
-			t.Fatalf("Serve: %v", err)
-		}
-		e.served <- nil // for the cleanup
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return")
-	}
-	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := br.ReadByte(); err != io.EOF {
-		t.Fatalf("upgraded connection still open after Serve ended: %v", err)
-	}
+	e.stopExpectClosed(t, conn, br, "upgraded connection")
 }
