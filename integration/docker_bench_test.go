@@ -205,8 +205,39 @@ func BenchmarkRuntimes(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer deleteSession(s.URL, id)
+				// Measure the steady state: the pool refilled after the
+				// one-shot calls and the session, and the used sandboxes
+				// gone (a runsc container takes ~0.4 s of CPU to create).
+				if err := waitGauge(s.URL, "sandboxd_sandboxes_alive", 3); err != nil {
+					b.Fatal(err)
+				}
+				if err := waitPoolReady(s.URL, 2); err != nil {
+					b.Fatal(err)
+				}
 				measure(b, func() error { return sessionCall(context.Background(), client, s.URL, id, "print(1)") })
 			})
 		})
 	}
+}
+
+// waitGauge waits until the unlabelled gauge name reads exactly want.
+func waitGauge(base, name string, want float64) error {
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				last = v
+				if f, err := strconv.ParseFloat(v, 64); err == nil && f == want {
+					return nil
+				}
+			}
+		}
+	}
+	return fmt.Errorf("%s never read %v (last %q)", name, want, last)
 }

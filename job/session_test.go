@@ -446,3 +446,50 @@ func TestSessionLostOnRestart(t *testing.T) {
 func jobReq(tool, args string, l runner.Limits) job.SubmitRequest {
 	return job.SubmitRequest{Call: tools.Call{Name: tool, Arguments: json.RawMessage(args)}, Limits: l}
 }
+
+// TestSessionLastUsedStored: a call moves a session's last use in memory at
+// once; the store gets it at most every few seconds while the session
+// lives (two writes per call cost more than a warm call), and exactly at
+// close.
+func TestSessionLastUsedStored(t *testing.T) {
+	t.Parallel()
+	h := newSessHarness(t, nil, job.Config{})
+	ctx := t.Context()
+	s, err := h.svc.CreateSession(ctx, "acme", job.SessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func() time.Time {
+		t.Helper()
+		ss, err := h.st.GetSession(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ss.LastUsedAt
+	}
+	h.run(t, "acme", s.ID, "sh", `{"cmd":"true"}`)
+	first := stored()
+	if !first.After(s.LastUsedAt) {
+		t.Fatalf("first call not stored: %v, created %v", first, s.LastUsedAt)
+	}
+	for range 5 {
+		h.run(t, "acme", s.ID, "sh", `{"cmd":"true"}`)
+	}
+	live, err := h.svc.GetSession(ctx, "acme", s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !live.LastUsedAt.After(first) {
+		t.Fatalf("last use in memory %v, not after the first call's %v", live.LastUsedAt, first)
+	}
+	if got := stored(); !got.Equal(first) {
+		t.Fatalf("store written on every call: %v, want still %v", got, first)
+	}
+	closed, err := h.svc.CloseSession(ctx, "acme", s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(); !got.Equal(closed.LastUsedAt) || !got.Equal(live.LastUsedAt) {
+		t.Fatalf("stored at close %v, want %v", got, live.LastUsedAt)
+	}
+}

@@ -89,6 +89,18 @@ func benchRuntime(b *testing.B, r *Runner) {
 			return err
 		})
 	})
+	// The API benchmark's call: print(1) streams its output.
+	b.Run("repl-print", func(b *testing.B) {
+		cl := sb.(*Sandbox).Agent()
+		cell := agent.REPLRequest{Code: "print(1)"}
+		measure(b, func() error {
+			res, err := cl.REPL(ctx, cell, func(string, []byte) {})
+			if err == nil && res.Stdout != "1\n" {
+				b.Fatalf("print(1) = %+v", res)
+			}
+			return err
+		})
+	})
 	b.Run("create-exec-close", func(b *testing.B) {
 		measure(b, func() error {
 			sb, err := r.Create(ctx, runner.SandboxSpec{})
