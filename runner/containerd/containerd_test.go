@@ -85,7 +85,7 @@ func cleanupOwn(dir string) {
 	defer cancel()
 	list, _ := c.ContainerService().List(ctx, managedFilter)
 	for _, ct := range list {
-		if ct.Labels[hostside.LabelOwnerProc] == hostside.SelfProc {
+		if ct.Labels[hostside.LabelOwnerProc] == hostside.SelfProc() {
 			fmt.Fprintf(os.Stderr, "containerd test: removing leftover sandbox %s\n", ct.ID)
 			r.remove(ctx, ct.ID)
 			hostside.RestoreWorkspace(ct.Labels)

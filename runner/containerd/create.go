@@ -103,8 +103,8 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		s.labels = labels
 	}
 	snapLabels := map[string]string{LabelManaged: "true", LabelOwner: r.cfg.InstanceID, LabelSandbox: spec.ID}
-	if hostside.SelfProc != "" {
-		snapLabels[hostside.LabelOwnerProc] = hostside.SelfProc
+	if hostside.SelfProc() != "" {
+		snapLabels[hostside.LabelOwnerProc] = hostside.SelfProc()
 	}
 	// A read-only view of the image: runc creates the mount points in
 	// the /run tmpfs. runsc's gofer creates them in the host rootfs, so
@@ -158,8 +158,8 @@ func (r *Runner) labels(spec runner.SandboxSpec) map[string]string {
 	}
 	labels[LabelManaged] = "true"
 	labels[LabelOwner] = r.cfg.InstanceID
-	if hostside.SelfProc != "" {
-		labels[hostside.LabelOwnerProc] = hostside.SelfProc
+	if hostside.SelfProc() != "" {
+		labels[hostside.LabelOwnerProc] = hostside.SelfProc()
 	}
 	labels[LabelSandbox] = spec.ID
 	return labels

@@ -42,7 +42,7 @@ func TestContainerIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := info.Labels
-	if l[LabelManaged] != "true" || l[LabelOwner] != r.cfg.InstanceID || l[LabelSandbox] != sb.ID() || l["tenant"] != "t1" || l[hostside.LabelOwnerProc] != hostside.SelfProc {
+	if l[LabelManaged] != "true" || l[LabelOwner] != r.cfg.InstanceID || l[LabelSandbox] != sb.ID() || l["tenant"] != "t1" || l[hostside.LabelOwnerProc] != hostside.SelfProc() {
 		t.Errorf("labels %v", l)
 	}
 	if info.Snapshotter != DefaultSnapshotter || info.Runtime.Name != RuntimeRunc {
@@ -352,7 +352,7 @@ func TestReap(t *testing.T) {
 		t.Cleanup(func() { r.remove(context.Background(), id) })
 		return id
 	}
-	deadID, liveID := mk(deadProc), mk(hostside.SelfProc)
+	deadID, liveID := mk(deadProc), mk(hostside.SelfProc())
 	// A snapshot without a container (crash between the two).
 	lone := "reap-lone-" + hostside.NewID()
 	if _, err := r.c.SnapshotService(DefaultSnapshotter).View(ctx, lone, "", snapshots.WithLabels(map[string]string{LabelManaged: "true", LabelOwner: "x", LabelSandbox: lone, hostside.LabelOwnerProc: deadProc})); err != nil {

@@ -157,7 +157,7 @@ func (r *Runner) reapSnapshots(ctx context.Context) error {
 // instance (its network namespace pin included), and that instance's dir
 // once empty. Our own are left to reapStateDirs.
 func (r *Runner) removeStateOf(owner, id string) error {
-	if owner == r.cfg.InstanceID || !hostside.ValidID.MatchString(owner) || !hostside.ValidID.MatchString(id) {
+	if owner == r.cfg.InstanceID || !hostside.ValidID(owner) || !hostside.ValidID(id) {
 		return nil
 	}
 	dir := filepath.Join(r.cfg.StateDir, owner, id)

@@ -121,7 +121,7 @@ func TestOwnerAlive(t *testing.T) {
 		label        string
 		alive, known bool
 	}{
-		{hostside.SelfProc, true, true},
+		{hostside.SelfProc(), true, true},
 		{fmt.Sprintf("%d:1", os.Getpid()), false, true},
 		{"999999999:5", false, true},
 		{"", false, false},
@@ -195,7 +195,7 @@ func TestOrphan(t *testing.T) {
 	}{
 		{"ours, held", map[string]string{LabelOwner: "me", LabelSandbox: "held"}, old, false},
 		{"ours, not held", map[string]string{LabelOwner: "me", LabelSandbox: "gone"}, recent, true},
-		{"other, live owner", map[string]string{LabelOwner: "x", hostside.LabelOwnerProc: hostside.SelfProc}, old, false},
+		{"other, live owner", map[string]string{LabelOwner: "x", hostside.LabelOwnerProc: hostside.SelfProc()}, old, false},
 		{"other, dead owner, recent", map[string]string{LabelOwner: "x", hostside.LabelOwnerProc: "999999999:1"}, recent, true},
 		{"other, unknown owner, old", map[string]string{LabelOwner: "x"}, old, true},
 		{"other, unknown owner, recent", map[string]string{LabelOwner: "x"}, recent, false},

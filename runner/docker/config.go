@@ -90,7 +90,7 @@ func (c *Config) setDefaults() error {
 	if c.InstanceID == "" {
 		c.InstanceID = hostside.NewID()
 	}
-	if !hostside.ValidID.MatchString(c.InstanceID) {
+	if !hostside.ValidID(c.InstanceID) {
 		return fmt.Errorf("docker: InstanceID %q: want [a-zA-Z0-9_.-], at most 63 characters", c.InstanceID)
 	}
 	if c.TmpBytes == 0 {

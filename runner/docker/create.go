@@ -188,8 +188,8 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 	}
 	labels[LabelManaged] = "true"
 	labels[LabelOwner] = r.cfg.InstanceID
-	if hostside.SelfProc != "" {
-		labels[hostside.LabelOwnerProc] = hostside.SelfProc
+	if hostside.SelfProc() != "" {
+		labels[hostside.LabelOwnerProc] = hostside.SelfProc()
 	}
 	labels[LabelSandbox] = spec.ID
 	image := spec.Image

@@ -351,7 +351,7 @@ func TestReapByOwnerLiveness(t *testing.T) {
 	}
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
 	deadID := mk(fmt.Sprintf("%d:1", dead.Process.Pid))
-	liveID := mk(hostside.SelfProc)
+	liveID := mk(hostside.SelfProc())
 	if _, err := r.Reap(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func TestOwnerAlive(t *testing.T) {
 		label        string
 		alive, known bool
 	}{
-		{hostside.SelfProc, true, true},
+		{hostside.SelfProc(), true, true},
 		{fmt.Sprintf("%d:1", os.Getpid()), false, true}, // pid reused by another process
 		{"999999999:5", false, true},
 		{"", false, false},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // LabelOwnerProc records the owning process as "pid:starttime" (starttime in
@@ -17,8 +18,9 @@ import (
 // owner from a live sandboxd that shares the daemon, whatever the timing.
 const LabelOwnerProc = "sandboxd.owner-proc"
 
-// SelfProc is this process's owner-proc value, or "" if /proc is unreadable.
-var SelfProc = ProcIdentity(os.Getpid())
+// SelfProc is this process's owner-proc value, or "" if /proc is
+// unreadable. Read on first use, not at start (see validName).
+var SelfProc = sync.OnceValue(func() string { return ProcIdentity(os.Getpid()) })
 
 // ProcIdentity is pid's owner-proc value ("pid:starttime"), "" when pid
 // is gone.

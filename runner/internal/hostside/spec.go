@@ -6,18 +6,36 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/runner"
 )
 
-var (
-	// ValidID matches sandbox IDs and instance IDs (container and
-	// namespace names allow them everywhere).
-	ValidID    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-	validLabel = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-/]{0,127}$`)
-)
+// ValidID reports whether s is a valid sandbox or instance ID (container
+// and namespace names allow them everywhere): a letter or digit, then up to
+// 62 letters, digits, '_', '.' or '-'.
+func ValidID(s string) bool { return validName(s, 63, false) }
+
+// validLabel is ValidID for label keys: up to 128 characters, '/' allowed.
+func validLabel(s string) bool { return validName(s, 128, true) }
+
+// validName is a hand-written matcher, not a regexp: every binary that
+// links this package compiles its package-level values at start, and the
+// local runner's helper re-executes the daemon's binary for every sandbox.
+func validName(s string, max int, slash bool) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-' || (slash && c == '/')):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // NewID returns a random sandbox ID.
 func NewID() string {
@@ -33,7 +51,7 @@ func CheckSpec(spec *runner.SandboxSpec) error {
 	if spec.ID == "" {
 		spec.ID = NewID()
 	}
-	if !ValidID.MatchString(spec.ID) {
+	if !ValidID(spec.ID) {
 		return fmt.Errorf("create sandbox: id %q: %w", spec.ID, runner.ErrInvalidSpec)
 	}
 	switch spec.Network {
@@ -68,7 +86,7 @@ func CheckSpec(spec *runner.SandboxSpec) error {
 		return fmt.Errorf("create sandbox: %w: %w", err, runner.ErrInvalidSpec)
 	}
 	for k := range spec.Labels {
-		if !validLabel.MatchString(k) || strings.HasPrefix(k, "sandboxd.") {
+		if !validLabel(k) || strings.HasPrefix(k, "sandboxd.") {
 			return fmt.Errorf("create sandbox: label %q: %w", k, runner.ErrInvalidSpec)
 		}
 	}
