@@ -64,10 +64,16 @@ func BenchmarkDockerPython(b *testing.B) {
 	})
 }
 
-// waitPoolReady waits until sandboxd_pool_ready reports at least n.
+// waitPoolReady waits until base's pool holds at least n ready sandboxes.
 func waitPoolReady(base string, n int) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	return waitMetric(base, "sandboxd_pool_ready{", func(v float64) bool { return v >= float64(n) })
+}
+
+// waitMetric polls base's /metrics until a sample line starting with
+// prefix has a value ok accepts (30 s at most).
+func waitMetric(base, prefix string, ok func(float64) bool) error {
+	last := "none"
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		resp, err := http.Get(base + "/metrics")
 		if err != nil {
 			return err
@@ -75,16 +81,16 @@ func waitPoolReady(base string, n int) error {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, line := range strings.Split(string(body), "\n") {
-			if strings.HasPrefix(line, "sandboxd_pool_ready{") {
+			if strings.HasPrefix(line, prefix) {
 				f := strings.Fields(line)
-				if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil && v >= float64(n) {
+				last = f[len(f)-1]
+				if v, err := strconv.ParseFloat(last, 64); err == nil && ok(v) {
 					return nil
 				}
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("pool never had %d ready sandboxes", n)
+	return fmt.Errorf("metric %s never reached the value waited for (last %s)", prefix, last)
 }
 
 func dockerCLI(args ...string) error {
@@ -208,7 +214,7 @@ func BenchmarkRuntimes(b *testing.B) {
 				// Measure the steady state: the pool refilled after the
 				// one-shot calls and the session, and the used sandboxes
 				// gone (a runsc container takes ~0.4 s of CPU to create).
-				if err := waitGauge(s.URL, "sandboxd_sandboxes_alive", 3); err != nil {
+				if err := waitMetric(s.URL, "sandboxd_sandboxes_alive ", func(v float64) bool { return v == 3 }); err != nil {
 					b.Fatal(err)
 				}
 				if err := waitPoolReady(s.URL, 2); err != nil {
@@ -218,26 +224,4 @@ func BenchmarkRuntimes(b *testing.B) {
 			})
 		})
 	}
-}
-
-// waitGauge waits until the unlabelled gauge name reads exactly want.
-func waitGauge(base, name string, want float64) error {
-	var last string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		resp, err := http.Get(base + "/metrics")
-		if err != nil {
-			return err
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		for _, line := range strings.Split(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, name+" "); ok {
-				last = v
-				if f, err := strconv.ParseFloat(v, 64); err == nil && f == want {
-					return nil
-				}
-			}
-		}
-	}
-	return fmt.Errorf("%s never read %v (last %q)", name, want, last)
 }
