@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"regexp"
 	"time"
 
@@ -109,27 +107,8 @@ func (c *Config) setDefaults() error {
 	if c.Snapshotter == "" {
 		c.Snapshotter = DefaultSnapshotter
 	}
-	if c.AgentPath == "" {
-		return fmt.Errorf("containerd: AgentPath is required")
-	}
-	var err error
-	if c.AgentPath, err = filepath.Abs(c.AgentPath); err != nil {
-		return fmt.Errorf("containerd: AgentPath %q: %w", c.AgentPath, err)
-	}
-	if fi, err := os.Stat(c.AgentPath); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("containerd: AgentPath %q is not a regular file", c.AgentPath)
-	}
-	if c.StateDir == "" {
-		c.StateDir = filepath.Join(os.TempDir(), "sandboxd-containerd")
-	}
-	if c.StateDir, err = filepath.Abs(c.StateDir); err != nil {
-		return fmt.Errorf("containerd: StateDir %q: %w", c.StateDir, err)
-	}
-	if c.InstanceID == "" {
-		c.InstanceID = hostside.NewID()
-	}
-	if !hostside.ValidID(c.InstanceID) {
-		return fmt.Errorf("containerd: InstanceID %q: want [a-zA-Z0-9_.-], at most 63 characters", c.InstanceID)
+	if err := hostside.CompleteConfig("containerd", &c.AgentPath, &c.StateDir, &c.InstanceID); err != nil {
+		return err
 	}
 	if c.RunscBinary == "" {
 		c.RunscBinary = DefaultRunscBinary

@@ -81,7 +81,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	}
 	img, err := r.image(cctx, imageRef)
 	if err != nil {
-		return nil, r.ctxOr(ctx, fmt.Errorf("create sandbox: %w", err))
+		return nil, hostside.CtxOr(ctx, fmt.Errorf("create sandbox: %w", err))
 	}
 	sc, err := policy.SeccompOCI(egress, r.gvisor)
 	if err != nil {
@@ -126,7 +126,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		if errdefs.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("create sandbox: id %q already in use in namespace %s: %w: %w", spec.ID, r.cfg.Namespace, runner.ErrInvalidSpec, err)
 		}
-		return nil, r.ctxOr(ctx, r.wrap("create container", err))
+		return nil, hostside.CtxOr(ctx, r.wrap("create container", err))
 	}
 	s.container = ctr
 	if owner != "" {
@@ -190,41 +190,14 @@ func (s *Sandbox) listenEgress() error {
 	return nil
 }
 
-// dialAgent connects to the agent once it listens and answers a ping,
-// before any sandboxed code runs: the socket path is dialled only here,
-// never again (code inside could later swap it for a symlink to a host
-// socket). It gives up after agentTimeout or as soon as the task exited.
+// dialAgent connects to the agent (hostside.DialAgent), giving up as soon
+// as the task exited.
 func (s *Sandbox) dialAgent(ctx context.Context, l *life) (*agent.Client, error) {
-	actx, acancel := context.WithTimeoutCause(ctx, agentTimeout, errors.New("agent start timeout"))
-	defer acancel()
-	watchCtx, stopWatch := context.WithCancelCause(actx)
-	defer stopWatch(nil)
-	go func() {
+	return hostside.DialAgent(ctx, filepath.Join(s.runDir, "agent.sock"), agentTimeout, func(ctx context.Context, stop func(error)) {
 		select {
-		case <-watchCtx.Done():
+		case <-ctx.Done():
 		case <-l.exited:
-			stopWatch(fmt.Errorf("task exited with %d", l.exitStatus.ExitCode()))
+			stop(fmt.Errorf("task exited with %d", l.exitStatus.ExitCode()))
 		}
-	}()
-	cl, err := agent.Dial(watchCtx, filepath.Join(s.runDir, "agent.sock"))
-	if err == nil {
-		if err = cl.Ping(watchCtx); err != nil {
-			cl.Close()
-		}
-	}
-	if err != nil {
-		if cause := context.Cause(watchCtx); cause != nil && ctx.Err() == nil {
-			return nil, fmt.Errorf("%w: %w", cause, err)
-		}
-		return nil, err
-	}
-	return cl, nil
-}
-
-// ctxOr prefers the caller's context error over a derived one.
-func (r *Runner) ctxOr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%v)", ctx.Err(), err)
-	}
-	return err
+	})
 }

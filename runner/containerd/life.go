@@ -58,7 +58,7 @@ func (s *Sandbox) start(ctx context.Context) (_ *life, err error) {
 	task, err := s.container.NewTask(cctx, cio.LogFile(s.logPath))
 	if err != nil {
 		log.close()
-		return nil, r.ctxOr(ctx, r.wrap("create task", err))
+		return nil, hostside.CtxOr(ctx, r.wrap("create task", err))
 	}
 	log.opened()
 	l := &life{task: task, log: log}
@@ -73,7 +73,7 @@ func (s *Sandbox) start(ctx context.Context) (_ *life, err error) {
 	ch, err := task.Wait(wctx)
 	if err != nil {
 		stopWait()
-		return nil, r.ctxOr(ctx, r.wrap("wait task", err))
+		return nil, hostside.CtxOr(ctx, r.wrap("wait task", err))
 	}
 	l.stopWait, l.exited = stopWait, make(chan struct{})
 	go func() {
@@ -82,7 +82,7 @@ func (s *Sandbox) start(ctx context.Context) (_ *life, err error) {
 		close(l.exited)
 	}()
 	if err := task.Start(cctx); err != nil {
-		return nil, r.ctxOr(ctx, fmt.Errorf("%w\n%s", r.wrap("start task", err), l.logTail()))
+		return nil, hostside.CtxOr(ctx, fmt.Errorf("%w\n%s", r.wrap("start task", err), l.logTail()))
 	}
 	l.cg = hostside.FindCgroup(int(task.Pid()))
 	if l.cg != nil && r.gvisor {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
@@ -71,27 +70,8 @@ func (c *Config) setDefaults() error {
 	if c.Image == "" {
 		c.Image = DefaultImage
 	}
-	if c.AgentPath == "" {
-		return fmt.Errorf("docker: AgentPath is required")
-	}
-	var err error
-	if c.AgentPath, err = filepath.Abs(c.AgentPath); err != nil {
-		return fmt.Errorf("docker: AgentPath %q: %w", c.AgentPath, err)
-	}
-	if fi, err := os.Stat(c.AgentPath); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("docker: AgentPath %q is not a regular file", c.AgentPath)
-	}
-	if c.StateDir == "" {
-		c.StateDir = filepath.Join(os.TempDir(), "sandboxd-docker")
-	}
-	if c.StateDir, err = filepath.Abs(c.StateDir); err != nil {
-		return fmt.Errorf("docker: StateDir %q: %w", c.StateDir, err)
-	}
-	if c.InstanceID == "" {
-		c.InstanceID = hostside.NewID()
-	}
-	if !hostside.ValidID(c.InstanceID) {
-		return fmt.Errorf("docker: InstanceID %q: want [a-zA-Z0-9_.-], at most 63 characters", c.InstanceID)
+	if err := hostside.CompleteConfig("docker", &c.AgentPath, &c.StateDir, &c.InstanceID); err != nil {
+		return err
 	}
 	if c.TmpBytes == 0 {
 		c.TmpBytes = 64 << 20

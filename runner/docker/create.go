@@ -90,7 +90,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		if errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("create sandbox: image %q: %w: %w", cfg.Image, runner.ErrInvalidSpec, err)
 		}
-		return nil, r.ctxOr(ctx, r.wrap("create container", err))
+		return nil, hostside.CtxOr(ctx, r.wrap("create container", err))
 	}
 	s.containerID = resp.ID
 	if owner != "" {
@@ -99,7 +99,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		}
 	}
 	if err := r.api.ContainerStart(cctx, resp.ID, container.StartOptions{}); err != nil {
-		return nil, r.ctxOr(ctx, r.wrap("start container", err))
+		return nil, hostside.CtxOr(ctx, r.wrap("start container", err))
 	}
 	if insp, err := r.api.ContainerInspect(cctx, resp.ID); err == nil && insp.State != nil {
 		s.cg = hostside.FindCgroup(insp.State.Pid) // nil when not readable here
@@ -122,52 +122,25 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	return s, nil
 }
 
-// dialAgent connects to the agent once it listens and answers a ping,
-// before any sandboxed code runs: the socket path is dialled only here,
-// never again (code inside could later swap it for a symlink to a host
-// socket). It gives up after agentTimeout or as soon as the container has exited.
+// dialAgent connects to the agent (hostside.DialAgent), giving up as soon
+// as the container has exited.
 func (r *Runner) dialAgent(ctx context.Context, s *Sandbox) (*agent.Client, error) {
-	actx, acancel := context.WithTimeoutCause(ctx, agentTimeout, errors.New("agent start timeout"))
-	defer acancel()
-	watchCtx, stopWatch := context.WithCancelCause(actx)
-	defer stopWatch(nil)
-	go func() {
+	return hostside.DialAgent(ctx, filepath.Join(s.stateDir, "agent.sock"), agentTimeout, func(ctx context.Context, stop func(error)) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
-			case <-watchCtx.Done():
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			insp, err := r.api.ContainerInspect(watchCtx, s.containerID)
+			insp, err := r.api.ContainerInspect(ctx, s.containerID)
 			if err == nil && insp.State != nil && !insp.State.Running {
-				stopWatch(fmt.Errorf("container exited with %d", insp.State.ExitCode))
+				stop(fmt.Errorf("container exited with %d", insp.State.ExitCode))
 				return
 			}
 		}
-	}()
-	cl, err := agent.Dial(watchCtx, filepath.Join(s.stateDir, "agent.sock"))
-	if err == nil {
-		if err = cl.Ping(watchCtx); err != nil {
-			cl.Close()
-		}
-	}
-	if err != nil {
-		if cause := context.Cause(watchCtx); cause != nil && ctx.Err() == nil {
-			return nil, fmt.Errorf("%w: %w", cause, err)
-		}
-		return nil, err
-	}
-	return cl, nil
-}
-
-// ctxOr prefers the caller's context error over a derived one.
-func (r *Runner) ctxOr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%v)", ctx.Err(), err)
-	}
-	return err
+	})
 }
 
 func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {

@@ -187,7 +187,7 @@ func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
 	defer cancel()
 	rd, err := s.r.api.ContainerStatsOneShot(cctx, s.containerID)
 	if err != nil {
-		return runner.Usage{}, s.r.ctxOr(ctx, s.r.wrap("container stats", err))
+		return runner.Usage{}, hostside.CtxOr(ctx, s.r.wrap("container stats", err))
 	}
 	defer rd.Body.Close()
 	var st container.StatsResponse

@@ -92,3 +92,33 @@ func CheckSpec(spec *runner.SandboxSpec) error {
 	}
 	return nil
 }
+
+// CompleteConfig checks and completes what the container runners' configs
+// share: the agent binary (required, made absolute, a regular file), the
+// state directory (default $TMPDIR/sandboxd-<name>, made absolute) and the
+// instance ID (default random; ValidID). name prefixes the errors.
+func CompleteConfig(name string, agentPath, stateDir, instanceID *string) error {
+	if *agentPath == "" {
+		return fmt.Errorf("%s: AgentPath is required", name)
+	}
+	var err error
+	if *agentPath, err = filepath.Abs(*agentPath); err != nil {
+		return fmt.Errorf("%s: AgentPath %q: %w", name, *agentPath, err)
+	}
+	if fi, err := os.Stat(*agentPath); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s: AgentPath %q is not a regular file", name, *agentPath)
+	}
+	if *stateDir == "" {
+		*stateDir = filepath.Join(os.TempDir(), "sandboxd-"+name)
+	}
+	if *stateDir, err = filepath.Abs(*stateDir); err != nil {
+		return fmt.Errorf("%s: StateDir %q: %w", name, *stateDir, err)
+	}
+	if *instanceID == "" {
+		*instanceID = NewID()
+	}
+	if !ValidID(*instanceID) {
+		return fmt.Errorf("%s: InstanceID %q: want [a-zA-Z0-9_.-], at most 63 characters", name, *instanceID)
+	}
+	return nil
+}
