@@ -60,21 +60,10 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, ev *Event) {
 		h.fail(w, ev, deny("egress denied: invalid host: %v", err))
 		return
 	}
-	ev.Host, ev.Port = host, port
-	ips, rule, d := e.decide(r.Context(), r.Method, host, port)
-	ev.Rule = rule
-	if d != nil {
-		h.fail(w, ev, d)
+	up := h.dial(w, r, ev, r.Method, host, port)
+	if up == nil {
 		return
 	}
-	conn, ip, d := e.connect(r.Context(), ips, port)
-	ev.IP = ip
-	if d != nil {
-		h.fail(w, ev, d)
-		return
-	}
-	ev.Allowed = true
-	up := newUpstream(conn, e.p.opts.IdleTimeout)
 	defer func() {
 		up.Close()
 		ev.BytesOut, ev.BytesIn = up.out.Load(), up.in.Load()
@@ -128,6 +117,26 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, ev *Event) {
 	ev.Status = sw.status
 }
 
+// dial decides method to host:port for the sandbox and connects to an
+// address that passed the checks. A refusal or failure is answered on w
+// and recorded in ev, and dial returns nil.
+func (h *handler) dial(w http.ResponseWriter, r *http.Request, ev *Event, method, host string, port int) *upstream {
+	e := h.e
+	ev.Host, ev.Port = host, port
+	ips, rule, d := e.decide(r.Context(), method, host, port)
+	ev.Rule = rule
+	if d == nil {
+		var conn net.Conn
+		conn, ev.IP, d = e.connect(r.Context(), ips, port)
+		if d == nil {
+			ev.Allowed = true
+			return newUpstream(conn, e.p.opts.IdleTimeout)
+		}
+	}
+	h.fail(w, ev, d)
+	return nil
+}
+
 // tunnel serves CONNECT host:port.
 func (h *handler) tunnel(w http.ResponseWriter, r *http.Request, ev *Event) {
 	e := h.e
@@ -137,21 +146,10 @@ func (h *handler) tunnel(w http.ResponseWriter, r *http.Request, ev *Event) {
 		h.fail(w, ev, deny("egress denied: invalid CONNECT target: %v", err))
 		return
 	}
-	ev.Host, ev.Port = host, port
-	ips, rule, d := e.decide(r.Context(), http.MethodConnect, host, port)
-	ev.Rule = rule
-	if d != nil {
-		h.fail(w, ev, d)
+	up := h.dial(w, r, ev, http.MethodConnect, host, port)
+	if up == nil {
 		return
 	}
-	conn, ip, d := e.connect(r.Context(), ips, port)
-	ev.IP = ip
-	if d != nil {
-		h.fail(w, ev, d)
-		return
-	}
-	ev.Allowed = true
-	up := newUpstream(conn, e.p.opts.IdleTimeout)
 	defer func() {
 		up.Close()
 		ev.BytesOut, ev.BytesIn = up.out.Load(), up.in.Load()
