@@ -208,19 +208,8 @@ func (r *Runner) reapStateDirs(liveOwners map[string]bool) error {
 
 func (r *Runner) reconcileLoop(ctx context.Context) {
 	defer close(r.loopDone)
-	if r.cfg.ReconcileInterval < 0 {
-		return
-	}
-	t := time.NewTicker(r.cfg.ReconcileInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := r.Reap(ctx); err != nil && ctx.Err() == nil {
-				r.cfg.Logger.Warn("containerd runner: reconcile", "err", err)
-			}
-		}
-	}
+	hostside.ReapEvery(ctx, r.cfg.ReconcileInterval, func(ctx context.Context) error {
+		_, err := r.Reap(ctx)
+		return err
+	}, r.cfg.Logger, "containerd runner")
 }

@@ -6,11 +6,14 @@ package hostside
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // LabelOwnerProc records the owning process as "pid:starttime" (starttime in
@@ -79,4 +82,24 @@ func ProcZombie(pid int) bool {
 		return false
 	}
 	return b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// ReapEvery runs reap every interval until ctx ends (not at all when
+// interval < 0), logging its failures under what.
+func ReapEvery(ctx context.Context, interval time.Duration, reap func(context.Context) error, log *slog.Logger, what string) {
+	if interval < 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := reap(ctx); err != nil && ctx.Err() == nil {
+				log.Warn(what+": reconcile", "err", err)
+			}
+		}
+	}
 }
