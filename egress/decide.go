@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/policy"
@@ -90,54 +89,6 @@ func splitTarget(authority string, defaultPort int) (host string, port int, err 
 	return host, port, nil
 }
 
-// refuse says why ip must not be contacted, or "" when it may.
-func (e *sandboxEgress) refuse(ip netip.Addr) string {
-	ip = ip.Unmap()
-	why := netclass.Classify(ip)
-	if why == "" {
-		return ""
-	}
-	metadata := strings.Contains(why, "metadata")
-	for _, pfx := range e.private {
-		if !pfx.Contains(ip) {
-			continue
-		}
-		if metadata && pfx.Bits() != ip.BitLen() {
-			continue // metadata only when listed as a single address
-		}
-		return ""
-	}
-	return why
-}
-
-// protected reports whether ip:port is one of Options.Protected (an
-// unspecified protected address covers its port on every address).
-func (e *sandboxEgress) protected(ip netip.Addr, port int) bool {
-	ip = ip.Unmap()
-	for _, ap := range e.p.opts.Protected {
-		if int(ap.Port()) == port && (ap.Addr().Unmap() == ip || ap.Addr().IsUnspecified()) {
-			return true
-		}
-	}
-	return false
-}
-
-// control is the dialer's last check, on the socket address just before
-// connect(2).
-func (e *sandboxEgress) control(network, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("egress: refusing unparseable address %q", address)
-	}
-	if why := e.refuse(ap.Addr()); why != "" {
-		return fmt.Errorf("egress: refusing %s: %s", ap.Addr(), why)
-	}
-	if e.protected(ap.Addr(), int(ap.Port())) {
-		return fmt.Errorf("egress: refusing %s: sandboxd's own address", ap)
-	}
-	return nil
-}
-
 // decide applies the policy to method on host:port (host canonical) and
 // returns the addresses that may be dialled, in resolver order, and the
 // matching rule.
@@ -167,25 +118,22 @@ func (e *sandboxEgress) decide(ctx context.Context, method, host string, port in
 	}
 	var refused []string
 	for _, ip := range addrs {
-		if !ip.IsValid() {
+		ip = ip.Unmap()
+		if err := e.guard.Check(netip.AddrPortFrom(ip, uint16(port))); err != nil {
+			reason := err.Error()
+			if r, ok := err.(*netclass.Refusal); ok {
+				reason = r.Reason
+			}
+			refused = append(refused, fmt.Sprintf("%s (%s)", ip, reason))
 			continue
 		}
-		if why := e.refuse(ip); why != "" {
-			refused = append(refused, fmt.Sprintf("%s (%s)", ip, why))
-			continue
-		}
-		if e.protected(ip, port) {
-			refused = append(refused, fmt.Sprintf("%s (sandboxd's own API, never reachable from a sandbox)", netip.AddrPortFrom(ip.Unmap(), uint16(port))))
-			continue
-		}
-		ips = append(ips, ip.Unmap())
+		ips = append(ips, ip)
 	}
 	if len(ips) == 0 {
 		if len(refused) == 0 {
 			refused = []string{"no valid address"}
 		}
-		return nil, rule, deny("egress denied: %s resolves only to refused addresses: %s; allow_private_cidrs does not cover them",
-			host, strings.Join(refused, ", "))
+		return nil, rule, deny("egress denied: %s resolves only to refused addresses: %s", host, strings.Join(refused, ", "))
 	}
 	return ips, rule, nil
 }

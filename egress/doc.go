@@ -34,13 +34,16 @@
 // (policy.EgressPolicy.Match; a CONNECT is matched with the method
 // "CONNECT", so a rule that lists methods must list CONNECT to allow
 // https); the host is resolved once through Options.Resolver and every
-// address is checked: loopback, private, link-local, CGNAT, cloud metadata,
-// unspecified, multicast, reserved and IPv6 forms carrying such IPv4
-// addresses are refused (internal/netclass) unless inside the
-// policy's AllowPrivateCIDRs (cloud metadata addresses only when listed as
-// a single address). The connection goes to exactly an address that passed
-// (no second lookup: DNS rebinding cannot swap it), and the dialer checks
-// the socket address once more before connect(2).
+// address is checked by the tenant's netclass.Guard: the unspecified
+// addresses (0.0.0.0/8, ::, which connect to this host) and IPv6 forms
+// carrying them or IPv4 loopback are refused always, as are sandboxd's own
+// addresses (Options.Protected); loopback, private, link-local, CGNAT,
+// cloud metadata, multicast, reserved and IPv6 forms carrying such IPv4
+// addresses are refused unless inside the policy's AllowPrivateCIDRs
+// (cloud metadata addresses only when listed as a single address). The
+// connection goes to exactly an address that passed (no second lookup:
+// DNS rebinding cannot swap it), and the dialer checks the socket address
+// once more before connect(2) (Guard.Control).
 //
 // A refusal is an HTTP 403 with a plain-text body saying why ("egress
 // denied: ..."); a failure to resolve or connect is a 502, a timeout 504.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -52,10 +53,11 @@ type Options struct {
 	// MaxConnsPerSandbox caps the connections one sandbox has open to the
 	// proxy at once; further connections wait to be accepted.
 	MaxConnsPerSandbox int
-	// Protected are addresses no sandbox may reach whatever its tenant's
-	// policy says (sandboxd's own API). An unspecified address (0.0.0.0,
-	// ::) protects that port on every address.
-	Protected []netip.AddrPort
+	// Protected are the addresses no sandbox may reach whatever its
+	// tenant's policy says: sandboxd's own listeners and dependencies
+	// (netclass.Protected; an address of this host protects its port on
+	// every address of this host). nil: none.
+	Protected *netclass.Protected
 }
 
 // Proxy is the egress proxy shared by all sandboxes. Safe for concurrent
@@ -138,13 +140,9 @@ func (p *Proxy) For(s Scope) runner.Egress {
 		if err := s.Policy.Validate(); err != nil {
 			e.policyErr = err
 		}
-		for _, c := range s.Policy.AllowPrivateCIDRs {
-			if pfx, err := netip.ParsePrefix(c); err == nil {
-				e.private = append(e.private, pfx.Masked())
-			}
-		}
 	}
-	e.dialer = &net.Dialer{Timeout: p.opts.DialTimeout, Control: e.control}
+	e.guard = netclass.NewGuard(s.Policy.PrivatePrefixes(), p.opts.Protected)
+	e.dialer = &net.Dialer{Timeout: p.opts.DialTimeout, Control: e.guard.Control}
 	e.dial = e.dialer.DialContext
 	e.transport = e.newTransport()
 	e.errLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
@@ -156,8 +154,10 @@ type sandboxEgress struct {
 	p         *Proxy
 	scope     Scope
 	policyErr error
-	private   []netip.Prefix
-	dialer    *net.Dialer
+	// guard judges every address (netclass.Guard: the tenant's
+	// allow_private_cidrs and sandboxd's own addresses).
+	guard  *netclass.Guard
+	dialer *net.Dialer
 	// dial connects to a checked address (tests replace it).
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	transport *http.Transport

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/policy"
 )
 
@@ -93,6 +94,14 @@ type env struct {
 
 func newEnv(t *testing.T, pol *policy.EgressPolicy, res *fakeResolver, opts Options) *env {
 	t.Helper()
+	return newEnvDial(t, pol, res, opts, nil)
+}
+
+// newEnvDial is newEnv with the proxy's dial step (connecting to a checked
+// address) wrapped by dial, when not nil.
+func newEnvDial(t *testing.T, pol *policy.EgressPolicy, res *fakeResolver, opts Options,
+	dial func(next func(ctx context.Context, network, addr string) (net.Conn, error), ctx context.Context, network, addr string) (net.Conn, error)) *env {
+	t.Helper()
 	e := &env{reg: prometheus.NewRegistry(), res: res, served: make(chan error, 1)}
 	opts.Registerer, opts.Resolver = e.reg, res
 	if opts.DialTimeout == 0 {
@@ -108,6 +117,13 @@ func newEnv(t *testing.T, pol *policy.EgressPolicy, res *fakeResolver, opts Opti
 		e.events = append(e.events, ev)
 		e.mu.Unlock()
 	}})
+	if dial != nil {
+		se := eg.(*sandboxEgress)
+		next := se.dial
+		se.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dial(next, ctx, network, addr)
+		}
+	}
 	e.sock = filepath.Join(t.TempDir(), "egress.sock")
 	ln, err := net.Listen("unix", e.sock)
 	if err != nil {
@@ -681,8 +697,9 @@ func TestProtectedAddress(t *testing.T) {
 		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 		t.Cleanup(ts.Close)
 		port := ts.Listener.Addr().(*net.TCPAddr).Port
-		e := newEnv(t, loopbackPolicy(port), newResolver("allowed.test", "127.0.0.1"),
-			Options{Protected: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(protected), uint16(port))}})
+		prot := netclass.NewProtected()
+		prot.Add("API", netip.AddrPortFrom(netip.MustParseAddr(protected), uint16(port)))
+		e := newEnv(t, loopbackPolicy(port), newResolver("allowed.test", "127.0.0.1"), Options{Protected: prot})
 		code, body := get(t, e.client(nil), "GET", fmt.Sprintf("http://allowed.test:%d/", port), "")
 		if code != http.StatusForbidden || !strings.Contains(body, "sandboxd's own API") {
 			t.Fatalf("protected %s: status %d: %s", protected, code, body)

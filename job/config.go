@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
@@ -32,8 +33,14 @@ type Config struct {
 	// WorkDir holds the job workspaces (WorkDir/<job-id>, removed when the
 	// job ends). Default $TMPDIR/sandboxd/work. Created if missing.
 	WorkDir string
-	// HTTP is passed to in-process tools (http_request).
+	// HTTP is passed to in-process tools (http_request). Its Guard is
+	// replaced by the tenant's (see Service.httpOptions) for a tenant with
+	// a policy, and defaults to public addresses minus Protected.
 	HTTP *tools.HTTPOptions
+	// Protected are sandboxd's own addresses (listeners, dependencies):
+	// http_request never reaches them, whatever a tenant's policy says.
+	// The egress proxy is given the same set. nil: none.
+	Protected *netclass.Protected
 	// RunnerName is recorded on jobs of sandboxed tools and used as the
 	// runner metric label. Default: the runner's Name(). In-process tools
 	// record "inprocess".

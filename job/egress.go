@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
@@ -36,19 +37,24 @@ func (s *Service) specFor(id, tenant, session string, effects []tools.Effect, re
 	return spec, nil
 }
 
-// httpOptions are the in-process http_request's options for tenant: a
-// tenant with a policy is held to its egress allowlist, like its
-// sandboxes; a tenant without one only to the SSRF guard.
+// httpOptions are the in-process http_request's options for tenant. Every
+// tenant's requests pass the same address check as its sandboxes
+// (netclass.Guard: its allow_private_cidrs, never sandboxd's own
+// addresses); a tenant with a policy is also held to its egress allowlist.
 func (s *Service) httpOptions(tenant string) *tools.HTTPOptions {
-	p, ok := s.cfg.Policies[tenant]
-	if !ok {
-		return s.cfg.HTTP
-	}
 	var o tools.HTTPOptions
 	if s.cfg.HTTP != nil {
 		o = *s.cfg.HTTP
 	}
+	p, ok := s.cfg.Policies[tenant]
+	if !ok {
+		if o.Guard == nil {
+			o.Guard = netclass.NewGuard(nil, s.cfg.Protected)
+		}
+		return &o
+	}
 	eg := p.Egress
+	o.Guard = netclass.NewGuard(eg.PrivatePrefixes(), s.cfg.Protected)
 	o.Allow = func(method, host string, port int) error {
 		if _, ok := eg.Match(method, host, port); !ok {
 			return fmt.Errorf("%s %s:%d is not in the tenant's egress allowlist", method, host, port)

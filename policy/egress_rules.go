@@ -20,6 +20,9 @@ type EgressPolicy struct {
 	// services, tests). Empty: none. A cloud metadata address
 	// (169.254.169.254, fd00:ec2::254, ...) is reachable only when listed
 	// as a single address (/32, /128), never through a wider network.
+	// Nothing here opens the unspecified addresses (0.0.0.0/8, ::) or IPv6
+	// forms carrying them or loopback, nor sandboxd's own addresses
+	// (internal/netclass.Guard).
 	AllowPrivateCIDRs []string `yaml:"allow_private_cidrs" json:"allow_private_cidrs,omitempty"`
 }
 
@@ -83,6 +86,22 @@ func (p *EgressPolicy) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// PrivatePrefixes returns AllowPrivateCIDRs parsed, skipping entries
+// Validate reports as invalid. The egress proxy and http_request build
+// their netclass.Guard from them.
+func (p *EgressPolicy) PrivatePrefixes() []netip.Prefix {
+	if p == nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, c := range p.AllowPrivateCIDRs {
+		if pfx, err := netip.ParsePrefix(c); err == nil && pfx.Addr().Zone() == "" && pfx == pfx.Masked() {
+			out = append(out, pfx)
+		}
+	}
+	return out
 }
 
 // Match reports the index of the first rule allowing method on host:port.

@@ -34,6 +34,15 @@ type Reaper interface {
 	Reap(ctx context.Context) (reaped int, err error)
 }
 
+// Dependent is implemented by runners that reach a daemon or a cluster
+// API: the addresses they reach it at, as URLs ("unix:///var/run/docker.sock",
+// "tcp://10.0.0.5:2376", later "https://k8s.example.com:6443"). sandboxd
+// protects every TCP one from connections made on a tenant's behalf
+// (internal/netclass.Protected).
+type Dependent interface {
+	Dependencies() []string
+}
+
 // Sandbox is one isolated environment.
 type Sandbox interface {
 	ID() string

@@ -2,8 +2,9 @@
 // JSON Schemas), what the guard counts (effect tags), how a model's call is
 // parsed and validated, and the normalised result every tool returns.
 //
-// tools is a leaf package: it imports only the standard library and the JSON
-// Schema library. Tools that must run inside a sandbox (exec effect) do not
+// tools is a leaf package: it imports only the standard library, the JSON
+// Schema library and internal/netclass (the address checks of
+// http_request's options, itself standard library only). Tools that must run inside a sandbox (exec effect) do not
 // run themselves: they describe a Command and the job service runs it through
 // a runner, then turns the process result back into a Result with
 // FromProcess.
@@ -14,6 +15,8 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/netclass"
 )
 
 // Effect is one thing a tool call may spend. The set is closed: a tool that
@@ -103,9 +106,11 @@ type HTTPOptions struct {
 	MaxResponseBytes int64
 	Timeout          time.Duration
 	MaxRedirects     int
-	// AllowPrivate disables the SSRF guard's address checks. Only tests
-	// that talk to their own loopback servers set it.
-	AllowPrivate bool
+	// Guard judges every address http_request connects to (the URL's, a
+	// redirect's, each DNS answer, the socket address before connect).
+	// nil: public addresses only. The job service sets the tenant's
+	// guard: its allow_private_cidrs and sandboxd's own addresses.
+	Guard *netclass.Guard
 	// Allow, when set, is asked before every request and redirect
 	// (method, host without port, port); an error refuses it with that
 	// message. The job service sets it from the tenant's egress allowlist.

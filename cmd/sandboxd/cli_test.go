@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/api/apitest"
+	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -317,7 +318,9 @@ func TestGracefulShutdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	var logs bytes.Buffer
-	go func() { done <- listenAndServe(ctx, &cfg, newLogger(&syncWriter{w: &logs}, "info"), h, svc) }()
+	go func() {
+		done <- listenAndServe(ctx, &cfg, newLogger(&syncWriter{w: &logs}, "info"), h, svc, netclass.NewProtected())
+	}()
 
 	var resp *http.Response
 	for i := 0; i < 100; i++ {

@@ -1,12 +1,16 @@
 package main
 
 import (
-	"fmt"
+	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/fake"
 )
 
 func envMap(m map[string]string) func(string) string {
@@ -280,17 +284,38 @@ func TestExamplePolicy(t *testing.T) {
 	}
 }
 
-func TestAPIAddrs(t *testing.T) {
+// daemonRunner is a runner that depends on a daemon at addr.
+type daemonRunner struct {
+	*fake.Runner
+	addr string
+}
+
+func (d daemonRunner) Dependencies() []string { return []string{d.addr} }
+
+func TestProtectedAddrs(t *testing.T) {
 	t.Parallel()
-	for addr, want := range map[string]string{
-		"127.0.0.1:8080": "[127.0.0.1:8080]",
-		":9000":          "[0.0.0.0:9000 [::]:9000]",
-		"[::1]:8080":     "[[::1]:8080]",
-		"127.0.0.1:0":    "[]",
-		"bad":            "[]",
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		addr, dep string
+		want      map[string]string // address -> what protects it ("" none)
+	}{
+		{"127.0.0.1:8080", "", map[string]string{"127.0.0.1:8080": "API", "[::1]:8080": "API", "127.0.0.1:8081": ""}},
+		{":9000", "", map[string]string{"127.0.0.1:9000": "API", "[::1]:9000": "API", "0.0.0.0:9000": "API", "198.51.100.1:9000": ""}},
+		{"[::1]:8080", "tcp://198.51.100.7:2376", map[string]string{"[::1]:8080": "API", "198.51.100.7:2376": "fake daemon", "198.51.100.7:2375": ""}},
+		{"127.0.0.1:8080", "tcp://127.0.0.1:2375", map[string]string{"127.0.0.1:2375": "fake daemon"}},
+		{"127.0.0.1:8080", "unix:///var/run/docker.sock", map[string]string{"127.0.0.1:8080": "API"}},
+		{"127.0.0.1:0", "", map[string]string{"127.0.0.1:0": ""}},
+		{"bad", "", map[string]string{"127.0.0.1:80": ""}},
 	} {
-		if got := fmt.Sprint(apiAddrs(t.Context(), addr)); got != want {
-			t.Errorf("apiAddrs(%q) = %s, want %s", addr, got, want)
+		var r runner.Runner = fake.New()
+		if tc.dep != "" {
+			r = daemonRunner{fake.New(), tc.dep}
+		}
+		p := protectedAddrs(t.Context(), &Config{Addr: tc.addr}, r, log)
+		for a, want := range tc.want {
+			if got := p.Which(netip.MustParseAddrPort(a)); got != want {
+				t.Errorf("addr %q dep %q: %s is %q, want %q (set %s)", tc.addr, tc.dep, a, got, want, p)
+			}
 		}
 	}
 }

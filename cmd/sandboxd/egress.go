@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"net"
-	"net/netip"
-	"strconv"
+	"log/slog"
 
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
@@ -45,30 +44,24 @@ func (e *egressProvider) For(tenant, session string, record func(job.EgressRecor
 	})
 }
 
-// apiAddrs are the addresses sandboxd's API listens on (addr as in the
-// config), which the egress proxy refuses whatever a tenant's policy allows.
-// An empty host is every address (0.0.0.0 and ::); a name is resolved.
-func apiAddrs(ctx context.Context, addr string) []netip.AddrPort {
-	host, portS, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil
+// protectedAddrs is the set of sandboxd's own addresses that no connection
+// made on a tenant's behalf (egress proxy, http_request) may reach: the
+// API address as configured (a name resolved; the listener's real address
+// joins it once listening) and the runner's daemon (DOCKER_HOST when tcp).
+// Every new listener (metrics, replicas) and network dependency (a
+// Postgres store, a Kubernetes API server) must be added here: Add,
+// AddListener, AddHostPort or AddURL.
+func protectedAddrs(ctx context.Context, cfg *Config, r runner.Runner, log *slog.Logger) *netclass.Protected {
+	p := netclass.NewProtected()
+	if err := p.AddHostPort(ctx, "API", cfg.Addr); err != nil {
+		log.Warn("protected addresses", "err", err) // listening fails the same way
 	}
-	port, err := strconv.ParseUint(portS, 10, 16)
-	if err != nil || port == 0 {
-		return nil
+	if d, ok := r.(runner.Dependent); ok {
+		for _, u := range d.Dependencies() {
+			if err := p.AddURL(ctx, r.Name()+" daemon", u); err != nil {
+				log.Warn("protected addresses", "err", err)
+			}
+		}
 	}
-	var ips []netip.Addr
-	switch ip, err := netip.ParseAddr(host); {
-	case host == "":
-		ips = []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
-	case err == nil:
-		ips = []netip.Addr{ip}
-	default:
-		ips, _ = net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	}
-	out := make([]netip.AddrPort, 0, len(ips))
-	for _, ip := range ips {
-		out = append(out, netip.AddrPortFrom(ip.Unmap(), uint16(port)))
-	}
-	return out
+	return p
 }

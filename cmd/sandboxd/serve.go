@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
@@ -69,8 +70,9 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	protected := protectedAddrs(ctx, cfg, r, log)
 	proxy, err := egress.New(egress.Options{Registerer: promReg, Logger: log.With("component", "egress"),
-		Protected: apiAddrs(ctx, cfg.Addr)})
+		Protected: protected})
 	if err != nil {
 		return err
 	}
@@ -87,6 +89,7 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			MaxResponseBytes: cfg.HTTPRequest.MaxResponseBytes,
 			Timeout:          time.Duration(cfg.HTTPRequest.Timeout),
 		},
+		Protected:  protected,
 		RunnerName: cfg.Runner.Name,
 		Sessions: job.SessionConfig{
 			MaxPerTenant: cfg.Sessions.MaxPerTenant,
@@ -117,7 +120,7 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		Logger:       log.With("component", "api"),
 		Version:      versionString(),
 	})
-	return listenAndServe(ctx, cfg, log, handler, svc)
+	return listenAndServe(ctx, cfg, log, handler, svc, protected)
 }
 
 // shutdowner is the part of the job service the shutdown sequence needs.
@@ -125,7 +128,9 @@ type shutdowner interface {
 	Shutdown(ctx context.Context) error
 }
 
-func listenAndServe(ctx context.Context, cfg *Config, log *slog.Logger, h http.Handler, svc shutdowner) error {
+// listenAndServe serves h on cfg.Addr; the listener's address joins
+// protected (its real port, also when cfg.Addr asks for port 0).
+func listenAndServe(ctx context.Context, cfg *Config, log *slog.Logger, h http.Handler, svc shutdowner, protected *netclass.Protected) error {
 	// Requests run on baseCtx, cancelled during shutdown so that long polls
 	// answer with the current job and event streams end.
 	baseCtx, releaseLongPolls := context.WithCancel(context.WithoutCancel(ctx))
@@ -143,6 +148,7 @@ func listenAndServe(ctx context.Context, cfg *Config, log *slog.Logger, h http.H
 		_ = svc.Shutdown(context.WithoutCancel(ctx))
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	protected.AddListener("API", ln.Addr())
 	auth := "none (single tenant \"default\", loopback only)"
 	if n := len(cfg.APIKeys()); n > 0 {
 		auth = fmt.Sprintf("%d API keys, %d tenants", n, len(cfg.Tenants))

@@ -156,6 +156,11 @@ func (r *Runner) probe(ctx context.Context) error {
 // Name implements runner.Runner.
 func (r *Runner) Name() string { return "containerd" }
 
+var _ runner.Dependent = (*Runner)(nil)
+
+// Dependencies implements runner.Dependent: containerd's socket.
+func (r *Runner) Dependencies() []string { return []string{"unix://" + r.cfg.Address} }
+
 // Capabilities implements runner.Runner.
 func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
 

@@ -156,6 +156,11 @@ func (r *Runner) probe(ctx context.Context) error {
 // Name implements runner.Runner.
 func (r *Runner) Name() string { return "docker" }
 
+var _ runner.Dependent = (*Runner)(nil)
+
+// Dependencies implements runner.Dependent: the Docker daemon's address.
+func (r *Runner) Dependencies() []string { return []string{r.cfg.Host} }
+
 // Capabilities implements runner.Runner.
 func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
 

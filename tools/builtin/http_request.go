@@ -50,6 +50,8 @@ var shownResponseHeaders = []string{
 type httpHooks struct {
 	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	tls    *tls.Config
+	// dial connects to a checked address (netclass.Dialer.Dial).
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func httpRequestTool(h *httpHooks) *tools.Tool {
@@ -91,7 +93,7 @@ type httpLimits struct {
 	maxBody      int64
 	timeout      time.Duration
 	maxRedirects int
-	allowPrivate bool
+	guard        *netclass.Guard
 }
 
 func limitsFrom(o *tools.HTTPOptions, args map[string]any) httpLimits {
@@ -109,7 +111,7 @@ func limitsFrom(o *tools.HTTPOptions, args map[string]any) httpLimits {
 		case o.MaxRedirects < 0:
 			l.maxRedirects = 0 // negative: follow none
 		}
-		l.allowPrivate = o.AllowPrivate
+		l.guard = o.Guard
 	}
 	if f, ok := argFloat(args, "timeout_seconds"); ok && f > 0 {
 		if d := time.Duration(f * float64(time.Second)); d < l.timeout {
@@ -134,11 +136,10 @@ func runHTTPRequest(ctx context.Context, env tools.Env, h *httpHooks, args map[s
 	if u.Host == "" {
 		return errResult(start, "URL has no host")
 	}
-	g := newSSRFGuard(lim.allowPrivate, h.lookup)
-	if !lim.allowPrivate {
-		if err := netclass.CheckHost(u.Hostname()); err != nil {
-			return errResult(start, "request refused by the SSRF guard: "+err.Error())
-		}
+	g := newSSRFGuard(lim.guard, h.lookup)
+	g.d.Dial = h.dial
+	if err := g.g.CheckURL(u); err != nil {
+		return errResult(start, "request refused by the SSRF guard: "+err.Error())
 	}
 	method := strings.ToUpper(argString(args, "method", "GET"))
 	if !contains(httpMethods, method) {
@@ -196,7 +197,7 @@ func runHTTPRequest(ctx context.Context, env tools.Env, h *httpHooks, args map[s
 		}
 		if allow != nil {
 			if err := allow(r.Method, r.URL.Hostname(), urlPort(r.URL)); err != nil {
-				return &RefusedError{Host: r.URL.Hostname(), Reason: fmt.Sprintf("redirect to %s: %v", r.URL.Redacted(), err)}
+				return &netclass.Refusal{Host: r.URL.Hostname(), Reason: fmt.Sprintf("redirect to %s: %v", r.URL.Redacted(), err)}
 			}
 		}
 		return nil
@@ -271,7 +272,7 @@ func formatResponse(resp *http.Response, asked string, data []byte, truncated bo
 }
 
 func describeHTTPError(err error, timeout time.Duration) string {
-	var refused *RefusedError
+	var refused *netclass.Refusal
 	var dnsErr *net.DNSError
 	switch {
 	case errors.As(err, &refused):

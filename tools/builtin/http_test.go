@@ -12,10 +12,10 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -28,7 +28,11 @@ func httpCall(t *testing.T, h *httpHooks, opts *tools.HTTPOptions, args map[stri
 	return r
 }
 
-var allowPrivate = &tools.HTTPOptions{AllowPrivate: true}
+// loopbackGuard lets tests reach the servers they start on loopback,
+// through the real address checks.
+var loopbackGuard = netclass.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}, nil)
+
+var allowPrivate = &tools.HTTPOptions{Guard: loopbackGuard}
 
 func newTestServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
@@ -100,19 +104,19 @@ func TestHTTPRequest(t *testing.T) {
 			has: []string{"HTTP/1.1 404 Not Found", "Note: the server answered 404", "nope"}},
 		{name: "head", opts: allowPrivate, args: map[string]any{"url": srv.URL + "/hello", "method": "HEAD"}, ok: true,
 			has: []string{"200 OK", "[empty body]"}},
-		{name: "truncated", opts: &tools.HTTPOptions{AllowPrivate: true, MaxResponseBytes: 11}, args: map[string]any{"url": srv.URL + "/big"}, ok: true,
+		{name: "truncated", opts: &tools.HTTPOptions{Guard: loopbackGuard, MaxResponseBytes: 11}, args: map[string]any{"url": srv.URL + "/big"}, ok: true,
 			has: []string{"ééééé\n[body truncated at 11 B]"}, hasNot: []string{"\uFFFD"}, bytesIn: 11},
 		{name: "binary", opts: allowPrivate, args: map[string]any{"url": srv.URL + "/binary"}, ok: true,
 			has: []string{"[binary body of 7 bytes not shown]"}},
 		{name: "redirects followed", opts: allowPrivate, args: map[string]any{"url": srv.URL + "/redirect/3"}, ok: true,
 			has: []string{"200 OK", "Final-URL: " + srv.URL + "/hello", "hello, world"}},
-		{name: "too many redirects", opts: &tools.HTTPOptions{AllowPrivate: true, MaxRedirects: 2}, args: map[string]any{"url": srv.URL + "/redirect/5"},
+		{name: "too many redirects", opts: &tools.HTTPOptions{Guard: loopbackGuard, MaxRedirects: 2}, args: map[string]any{"url": srv.URL + "/redirect/5"},
 			errHas: "stopped after 2 redirects"},
 		{name: "default redirect cap", opts: allowPrivate, args: map[string]any{"url": srv.URL + "/redirect/9"},
 			errHas: "stopped after 5 redirects"},
 		{name: "redirect to file", opts: allowPrivate, args: map[string]any{"url": srv.URL + "/to-file"},
 			errHas: "only http and https"},
-		{name: "timeout_seconds", opts: &tools.HTTPOptions{AllowPrivate: true, Timeout: 300 * time.Millisecond}, args: map[string]any{"url": srv.URL + "/slow", "timeout_seconds": 30.0},
+		{name: "timeout_seconds", opts: &tools.HTTPOptions{Guard: loopbackGuard, Timeout: 300 * time.Millisecond}, args: map[string]any{"url": srv.URL + "/slow", "timeout_seconds": 30.0},
 			errHas: "timed out after 300ms"},
 		{name: "refused header", opts: allowPrivate, args: map[string]any{"url": srv.URL + "/echo", "headers": map[string]any{"host": "evil"}},
 			errHas: "set by the client"},
@@ -225,7 +229,7 @@ func TestHTTPRequestRefusesPrivate(t *testing.T) {
 
 func TestCheckRedirect(t *testing.T) {
 	t.Parallel()
-	g := newSSRFGuard(false, nil)
+	g := newSSRFGuard(nil, nil)
 	check := g.checkRedirect(5)
 	via := []*http.Request{{}}
 	for _, tc := range []struct {
@@ -259,19 +263,22 @@ func TestCheckRedirect(t *testing.T) {
 	if err := check(req, make([]*http.Request, 5)); err != nil {
 		t.Errorf("5th redirect refused: %v", err)
 	}
-	// AllowPrivate skips address checks but never the scheme check.
-	open := newSSRFGuard(true, nil).checkRedirect(5)
+	// A guard allowing loopback opens it, never another scheme.
+	open := newSSRFGuard(loopbackGuard, nil).checkRedirect(5)
 	if err := open(&http.Request{URL: mustURL(t, "http://127.0.0.1/")}, via); err != nil {
-		t.Errorf("AllowPrivate: %v", err)
+		t.Errorf("loopback allowed: %v", err)
 	}
 	if err := open(&http.Request{URL: mustURL(t, "file:///x")}, via); err == nil {
-		t.Error("AllowPrivate allowed file://")
+		t.Error("file:// allowed")
+	}
+	if err := open(&http.Request{URL: mustURL(t, "http://0.0.0.0/")}, via); err == nil {
+		t.Error("redirect to 0.0.0.0 allowed")
 	}
 }
 
 func TestDialControl(t *testing.T) {
 	t.Parallel()
-	g := newSSRFGuard(false, nil)
+	g := newSSRFGuard(nil, nil)
 	for addr, refused := range map[string]bool{
 		"127.0.0.1:80":               true,
 		"[::1]:443":                  true,
@@ -279,18 +286,20 @@ func TestDialControl(t *testing.T) {
 		"169.254.169.254:80":         true,
 		"10.1.2.3:8080":              true,
 		"[fe80::1%eth0]:80":          true,
+		"0.0.0.0:80":                 true,
+		"[::]:80":                    true,
 		"8.8.8.8:443":                false,
 		"[2606:4700:4700::1111]:443": false,
 		"garbage":                    true,
 	} {
-		err := g.control("tcp", addr, nil)
-		var re *RefusedError
+		err := g.g.Control("tcp", addr, nil)
+		var re *netclass.Refusal
 		if refused != (err != nil) || refused && !errors.As(err, &re) {
 			t.Errorf("control(%s) = %v, want refused=%v", addr, err, refused)
 		}
 	}
-	if err := newSSRFGuard(true, nil).control("tcp", "127.0.0.1:80", nil); err != nil {
-		t.Errorf("AllowPrivate control: %v", err)
+	if err := newSSRFGuard(loopbackGuard, nil).g.Control("tcp", "127.0.0.1:80", nil); err != nil {
+		t.Errorf("loopback guard control: %v", err)
 	}
 }
 
@@ -299,16 +308,13 @@ func TestDialControl(t *testing.T) {
 func TestDialRefusesBeforeConnecting(t *testing.T) {
 	t.Parallel()
 	var dialled atomic.Bool
-	g := newSSRFGuard(false, func(context.Context, string) ([]netip.Addr, error) {
-		return []netip.Addr{netip.MustParseAddr("192.168.0.1"), netip.MustParseAddr("::1")}, nil
+	g := newSSRFGuard(nil, func(context.Context, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("192.168.0.1"), netip.MustParseAddr("::1"), netip.MustParseAddr("0.0.0.0")}, nil
 	})
-	g.dialer.Control = func(string, string, syscall.RawConn) error {
-		dialled.Store(true)
-		return errors.New("must not dial")
-	}
+	g.d.Connected = func(netip.AddrPort) { dialled.Store(true) }
 	_, err := g.dialContext(t.Context(), "tcp", "internal.test:80")
-	var re *RefusedError
-	if !errors.As(err, &re) || dialled.Load() {
+	// A bare refusal (not joined with dial errors): nothing was dialled.
+	if _, ok := err.(*netclass.Refusal); !ok || dialled.Load() {
 		t.Errorf("err %v, dialled %v", err, dialled.Load())
 	}
 }
@@ -329,7 +335,7 @@ func TestHTTPRequestAllowlist(t *testing.T) {
 	srv, hits := newTestServer(t)
 	tool := httpRequestTool(&httpHooks{})
 	var asked []string
-	opts := &tools.HTTPOptions{AllowPrivate: true, Allow: func(method, host string, port int) error {
+	opts := &tools.HTTPOptions{Guard: loopbackGuard, Allow: func(method, host string, port int) error {
 		asked = append(asked, fmt.Sprintf("%s %s:%d", method, host, port))
 		if len(asked) > 1 {
 			return errors.New("not in the allowlist")
