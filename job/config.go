@@ -37,6 +37,13 @@ type Config struct {
 	// replaced by the tenant's (see Service.httpOptions) for a tenant with
 	// a policy, and defaults to public addresses minus Protected.
 	HTTP *tools.HTTPOptions
+	// Images lists, per tenant, the images its sessions may name besides
+	// the runner's default image (which every tenant may use: its one-shot
+	// jobs run there anyway). A tenant not listed may name only the
+	// default. Entries are checked and canonicalised with the runner's
+	// runner.ImageNamer at New; anything else a session asks for is
+	// ErrInvalid, before any runner call.
+	Images map[string][]string
 	// Protected are sandboxd's own addresses (listeners, dependencies):
 	// http_request never reaches them, whatever a tenant's policy says.
 	// The egress proxy is given the same set. nil: none.

@@ -52,6 +52,8 @@ type Service struct {
 	r   runner.Runner // nil: sandboxed tools fail with reason internal
 	log *slog.Logger
 	m   *Metrics
+	// images are the images each tenant's sessions may name.
+	images *imagePolicy
 
 	// Admission: a token in slots for every job waiting in queue. Submit
 	// reserves one before writing the record; a worker frees it when it
@@ -137,6 +139,9 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 		runCancel: cancel,
 		quit:      make(chan struct{}),
 		sessions:  make(map[string]*liveSession),
+	}
+	if s.images, err = newImagePolicy(r, cfg.Images); err != nil {
+		return nil, err
 	}
 	s.pool = newPool(s)
 	tenants := make([]string, 0, len(cfg.Policies))

@@ -52,6 +52,9 @@ type Session struct {
 // SessionRequest asks for a session. Zero fields take the service's
 // session defaults; Limits may only lower the ceilings, like a job's.
 type SessionRequest struct {
+	// Image is "" for the runner's default, or one of the images the
+	// operator allows the tenant (Config.Images); stored in the runner's
+	// canonical spelling.
 	Image       string
 	Effects     []tools.Effect
 	Limits      runner.Limits

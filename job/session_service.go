@@ -142,7 +142,9 @@ func (s *Service) activeSession(ctx context.Context, tenant, id string) (*liveSe
 // CreateSession creates a persistent sandbox for the tenant. The session is
 // recorded (creating) before the sandbox exists, then becomes active, or
 // failed when the runner refuses: a spec the runner cannot honour (an
-// "http" effect needs egress) is ErrUnsupported.
+// "http" effect needs egress) is ErrUnsupported. An image the tenant may
+// not use, or a malformed one, is ErrInvalid before anything is recorded
+// or asked of the runner.
 func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionRequest) (*Session, error) {
 	if tenant == "" {
 		return nil, fmt.Errorf("%w: empty tenant", ErrInvalid)
@@ -151,6 +153,10 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 		return nil, fmt.Errorf("%w: sessions need a runner", ErrUnsupported)
 	}
 	effects, err := sessionEffects(req.Effects)
+	if err != nil {
+		return nil, err
+	}
+	image, err := s.images.check(tenant, req.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +186,7 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 	}
 	now := time.Now().UTC()
 	sess := &Session{
-		ID: newPrefixedID("ses_", now), Tenant: tenant, Image: req.Image, Effects: effects, Limits: limits,
+		ID: newPrefixedID("ses_", now), Tenant: tenant, Image: image, Effects: effects, Limits: limits,
 		State: SessionCreating, TTL: ttl, IdleTimeout: idle,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), LastUsedAt: now,
 	}

@@ -43,6 +43,21 @@ type Dependent interface {
 	Dependencies() []string
 }
 
+// ImageNamer is implemented by runners whose SandboxSpec.Image names
+// something (an image reference on the container runners, a rootfs
+// directory on the local runner). The job service holds every image a
+// client names to the operator's allowlist with it, before any Create.
+type ImageNamer interface {
+	// DefaultImage is what an empty SandboxSpec.Image runs, in canonical
+	// form; "" when that default has no name (the local runner's view of
+	// the host).
+	DefaultImage() string
+	// CanonicalImage returns image's canonical spelling (two spellings of
+	// one image give one string), or an error wrapping ErrInvalidSpec when
+	// image is malformed. It never asks a daemon whether the image exists.
+	CanonicalImage(image string) (string, error)
+}
+
 // Sandbox is one isolated environment.
 type Sandbox interface {
 	ID() string

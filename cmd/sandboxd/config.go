@@ -147,6 +147,21 @@ type TenantConfig struct {
 	// rate limit, approvals, egress allowlist); nil: every call allowed
 	// and no egress at all.
 	Policy *policy.TenantPolicy `yaml:"policy"`
+	// Images are the images (references on the container runners, rootfs
+	// paths on the local runner) the tenant's sessions may name besides
+	// the runner's configured image; empty: that image only.
+	Images []string `yaml:"images"`
+}
+
+// TenantImages maps each tenant with images to them (job.Config.Images).
+func (c *Config) TenantImages() map[string][]string {
+	out := map[string][]string{}
+	for _, t := range c.Tenants {
+		if len(t.Images) > 0 {
+			out[t.Name] = t.Images
+		}
+	}
+	return out
 }
 
 // Policies maps each tenant with a policy to it.

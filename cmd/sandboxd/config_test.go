@@ -44,6 +44,7 @@ tenants:
     api_keys: [key-alice-1, key-alice-2]
   - name: bob
     api_keys: [key-bob]
+    images: [/srv/rootfs-data, /srv/rootfs-r]
 http_request: {max_response_bytes: 1000, timeout: 5s}
 `
 
@@ -65,6 +66,9 @@ func TestConfigFull(t *testing.T) {
 	}
 	if c := cfg.Limits.Ceilings.runner(); c.Timeout != 10*time.Minute || c.NoFile != 4096 || c.FileSize != 100<<20 {
 		t.Fatalf("ceilings %+v", c)
+	}
+	if im := cfg.TenantImages(); len(im) != 1 || strings.Join(im["bob"], ",") != "/srv/rootfs-data,/srv/rootfs-r" {
+		t.Fatalf("images %v", im)
 	}
 	keys := cfg.APIKeys()
 	if len(keys) != 3 || keys["key-alice-2"] != "alice" || keys["key-bob"] != "bob" {
@@ -217,6 +221,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "zero max wait", yaml: "api: {max_wait: 0}\n", want: []string{"api.max_wait"}},
 		{name: "several problems", yaml: "queue: {size: -1, workers: -2}\n", want: []string{"queue.size -1", "queue.workers -2"}},
 		{name: "tenant without keys", yaml: "tenants: [{name: a}]\n", want: []string{`tenants[0] ("a"): no api_keys`}},
+		{name: "empty image", yaml: "tenants: [{name: a, api_keys: [k1], images: [sandboxd/x, \"\"]}]\n", want: []string{`tenants[0] ("a"): images[1] ""`}},
 		{name: "duplicate tenant", yaml: "tenants: [{name: a, api_keys: [k1]}, {name: a, api_keys: [k2]}]\n", want: []string{`"a": duplicate`}},
 		{name: "shared key", yaml: "tenants: [{name: a, api_keys: [secret1]}, {name: b, api_keys: [secret1]}]\n",
 			want: []string{`also a key of tenant "a"`, `"se*****"`}},

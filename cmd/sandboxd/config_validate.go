@@ -130,6 +130,12 @@ func (c *Config) validate() error {
 				bad("tenants[%d] (%q): %v", i, t.Name, perr)
 			}
 		}
+		for j, img := range t.Images {
+			// The runner checks the syntax at start (job.New).
+			if img == "" || len(img) > 1024 || strings.ContainsFunc(img, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+				bad("tenants[%d] (%q): images[%d] %q: want a non-empty image reference (or local rootfs path) without control characters", i, t.Name, j, img)
+			}
+		}
 		for _, k := range t.APIKeys {
 			switch {
 			case k == "" || strings.ContainsAny(k, " \t\r\n,"):

@@ -90,6 +90,7 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			Timeout:          time.Duration(cfg.HTTPRequest.Timeout),
 		},
 		Protected:  protected,
+		Images:     cfg.TenantImages(),
 		RunnerName: cfg.Runner.Name,
 		Sessions: job.SessionConfig{
 			MaxPerTenant: cfg.Sessions.MaxPerTenant,

@@ -8,16 +8,16 @@ import (
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
-	"github.com/distribution/reference"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // normalizeRef turns "sandboxd/python:latest" into the name containerd
 // stores ("docker.io/sandboxd/python:latest"), as docker and ctr import do.
 func normalizeRef(ref string) string {
-	if n, err := reference.ParseDockerRef(ref); err == nil {
-		return n.String()
+	if n, err := hostside.CanonicalImageRef(ref); err == nil {
+		return n
 	}
 	return ref
 }

@@ -31,6 +31,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 var (
@@ -156,7 +157,23 @@ func (r *Runner) probe(ctx context.Context) error {
 // Name implements runner.Runner.
 func (r *Runner) Name() string { return "docker" }
 
-var _ runner.Dependent = (*Runner)(nil)
+var (
+	_ runner.Dependent  = (*Runner)(nil)
+	_ runner.ImageNamer = (*Runner)(nil)
+)
+
+// DefaultImage implements runner.ImageNamer: the configured image.
+func (r *Runner) DefaultImage() string {
+	if c, err := hostside.CanonicalImageRef(r.cfg.Image); err == nil {
+		return c
+	}
+	return r.cfg.Image
+}
+
+// CanonicalImage implements runner.ImageNamer (hostside.CanonicalImageRef).
+func (r *Runner) CanonicalImage(image string) (string, error) {
+	return hostside.CanonicalImageRef(image)
+}
 
 // Dependencies implements runner.Dependent: the Docker daemon's address.
 func (r *Runner) Dependencies() []string { return []string{r.cfg.Host} }

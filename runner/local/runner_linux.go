@@ -129,6 +129,21 @@ const cloneFlags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NE
 // Name implements runner.Runner.
 func (r *Runner) Name() string { return "local" }
 
+var _ runner.ImageNamer = (*Runner)(nil)
+
+// DefaultImage implements runner.ImageNamer: the configured Rootfs, ""
+// for the read-only view of the host.
+func (r *Runner) DefaultImage() string { return r.cfg.Rootfs }
+
+// CanonicalImage implements runner.ImageNamer: a local image is an
+// absolute rootfs directory, written clean.
+func (r *Runner) CanonicalImage(image string) (string, error) {
+	if !filepath.IsAbs(image) || strings.ContainsRune(image, 0) {
+		return "", fmt.Errorf("image %q must be an absolute rootfs path: %w", image, runner.ErrInvalidSpec)
+	}
+	return filepath.Clean(image), nil
+}
+
 // Capabilities implements runner.Runner. Network (NetworkEgress) needs the
 // network namespace: see egress_linux.go.
 func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
