@@ -150,6 +150,7 @@ func listenAndServe(ctx context.Context, cfg *Config, log *slog.Logger, h http.H
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	protected.AddListener("API", ln.Addr())
+	log.Debug("addresses no tenant's traffic may reach", "protected", protected.String())
 	auth := "none (single tenant \"default\", loopback only)"
 	if n := len(cfg.APIKeys()); n > 0 {
 		auth = fmt.Sprintf("%d API keys, %d tenants", n, len(cfg.Tenants))
