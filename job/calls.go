@@ -78,7 +78,7 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 		s.m.queueRejected.Inc()
 		return nil, false, ErrQueueFull
 	}
-	e := newEntry(j, tool, args, s.cfg.EventHistory)
+	e := s.newEntry(j, tool, args)
 	e.mu.Lock() // a Cancel of this ID waits until the record exists
 	s.register(e)
 	if err := s.st.Create(ctx, j); err != nil {
@@ -230,38 +230,6 @@ func (s *Service) Wait(ctx context.Context, tenant, id string) (*Job, error) {
 	case <-ctx.Done():
 		return e.snapshot(), ctx.Err()
 	}
-}
-
-// Subscribe replays the job's events so far and then streams new ones; the
-// channel closes after the finished event or when ctx ends. A subscriber
-// that falls more than subscriberBuffer events behind is disconnected (the
-// channel closes early); it may subscribe again. For a job without
-// in-memory history (finished long ago, or before a restart) queued,
-// started and finished are synthesized from the record.
-func (s *Service) Subscribe(ctx context.Context, tenant, id string) (<-chan Event, error) {
-	j, err := s.Get(ctx, tenant, id)
-	if err != nil {
-		return nil, err
-	}
-	if e := s.entry(id); e != nil {
-		return e.events.subscribe(ctx), nil
-	}
-	if !j.State.Terminal() { // it may have finished and been retired since
-		if j, err = s.Get(ctx, tenant, id); err != nil {
-			return nil, err
-		}
-	}
-	evs := synthesizeEvents(j)
-	ch := make(chan Event, len(evs))
-	for _, ev := range evs {
-		ch <- ev
-	}
-	if j.State.Terminal() {
-		close(ch)
-	} else {
-		context.AfterFunc(ctx, func() { close(ch) })
-	}
-	return ch, nil
 }
 
 // Registry returns the tool registry calls are resolved against.

@@ -56,10 +56,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when nil, are created unregistered.
 	Metrics *Metrics
-	// EventHistory bounds the events kept per job for Subscribe replay.
-	// When full, the oldest output events are dropped (queued, started and
-	// finished are always kept). Default 256.
-	EventHistory int
+	// Retention bounds what the store keeps of finished jobs.
+	Retention RetentionConfig
 	// Sessions configures persistent sandboxes (see CreateSession).
 	Sessions SessionConfig
 	// Pool configures the warm sandbox pool of one-shot jobs.
@@ -150,11 +148,8 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 	if c.QueueSize < 0 {
 		return c, fmt.Errorf("config: queue size %d must be positive", c.QueueSize)
 	}
-	if c.EventHistory == 0 {
-		c.EventHistory = 256
-	}
-	if c.EventHistory < 4 {
-		return c, fmt.Errorf("config: event history %d must be at least 4", c.EventHistory)
+	if err := c.Retention.withDefaults(); err != nil {
+		return c, err
 	}
 	if c.WorkDir == "" {
 		c.WorkDir = filepath.Join(os.TempDir(), "sandboxd", "work")

@@ -210,8 +210,8 @@ func metricValues(t *testing.T, g prometheus.Gatherer, name string, want map[str
 	return vals
 }
 
-// TestSubscribeRetired: old finished jobs leave memory; their events are
-// synthesized from the record.
+// TestSubscribeRetired: finished jobs leave memory; their events, output
+// included, are replayed from the store.
 func TestSubscribeRetired(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *job.Config, _ *harness) { c.QueueSize = 200 })
@@ -224,18 +224,21 @@ func TestSubscribeRetired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// When the newest is done, at most Workers others are still finishing,
-	// so well over retainFinished (64) jobs finished after the first.
 	h.wait(t, "acme", jobs[0].ID)
 	ch, err := h.svc.Subscribe(t.Context(), "acme", first.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var types []job.EventType
+	var out string
 	for _, ev := range collect(t, ch) {
 		types = append(types, ev.Type)
+		out += ev.Data
+		if ev.Type == job.EventFinished && (ev.Job == nil || ev.Job.Result == nil || ev.Job.Result.Content != "old") {
+			t.Errorf("finished event's job %+v", ev.Job)
+		}
 	}
-	if want := []job.EventType{job.EventQueued, job.EventStarted, job.EventFinished}; !equalTypes(types, want) {
-		t.Errorf("retired job events %v, want %v (synthesized, no output)", types, want)
+	if want := []job.EventType{job.EventQueued, job.EventStarted, job.EventStdout, job.EventFinished}; !equalTypes(types, want) || out != "old" {
+		t.Errorf("retired job events %v %q, want %v with its output", types, out, want)
 	}
 }

@@ -93,6 +93,8 @@ func (s *Service) run(e *entry) {
 		a.res.Effects = nil
 	}
 	fin := time.Now().UTC()
+	boundResult(&a.res, j.Limits.OutputBytes)
+	s.keepArtifacts(j, &a.res)
 	j.State, j.Reason, j.FinishedAt, j.Result = state, reason, &fin, &a.res
 	e.cancel = nil
 	s.storeUpdate(j)
@@ -259,10 +261,6 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 		ectx, cancel = context.WithTimeout(ctx, timeout+execGrace)
 		defer cancel()
 	}
-	streamCap := j.Limits.OutputBytes
-	if streamCap <= 0 {
-		streamCap = defaultStreamBytes
-	}
 	env := cmd.Env
 	// The sandbox's network is egress when the tool or the session has
 	// the http effect: point HTTP clients at its proxy.
@@ -274,8 +272,8 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 		Env:     env,
 		Dir:     cmd.Dir,
 		Timeout: timeout,
-		Stdout:  newEventWriter(e.events, EventStdout, streamCap),
-		Stderr:  newEventWriter(e.events, EventStderr, streamCap),
+		Stdout:  newEventWriter(e.events, EventStdout),
+		Stderr:  newEventWriter(e.events, EventStderr),
 	}
 	if len(cmd.Stdin) > 0 {
 		p.Stdin = bytes.NewReader(cmd.Stdin)

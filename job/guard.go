@@ -70,7 +70,7 @@ func (s *Service) submitRefused(ctx context.Context, j *Job, d policy.Decision) 
 	}
 	// The guard's reason already says when a retry may pass.
 	j.Result = &tools.Result{OK: false, Error: "refused by policy: " + msg}
-	e := newEntry(j, nil, nil, s.cfg.EventHistory)
+	e := s.newEntry(j, nil, nil)
 	if err := s.st.Create(ctx, j); err != nil {
 		if j.IdempotencyKey != "" && errors.Is(err, ErrConflict) {
 			if existing, gerr := s.st.GetByIdempotencyKey(ctx, j.Tenant, j.IdempotencyKey); gerr == nil {
@@ -96,7 +96,7 @@ func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, a
 		Rule: d.Rule, Reason: d.Reason, State: ApprovalPending,
 		CreatedAt: j.CreatedAt, ExpiresAt: j.CreatedAt.Add(s.approvalTimeout(j.Tenant)),
 	}
-	e := newEntry(j, tool, args, s.cfg.EventHistory)
+	e := s.newEntry(j, tool, args)
 	e.mu.Lock()
 	s.register(e)
 	fail := func(err error) (*Job, bool, error) {

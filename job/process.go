@@ -8,7 +8,7 @@ import (
 )
 
 const (
-	// defaultStreamBytes caps the output streamed as events per stream when
+	// defaultStreamBytes caps the output of a stream kept as events when
 	// the job has no OutputBytes limit.
 	defaultStreamBytes = 1 << 20
 	// eventChunk is the largest stdout/stderr event.
@@ -30,27 +30,23 @@ func processInfo(r runner.Result, l runner.Limits) tools.ProcessInfo {
 }
 
 // eventWriter streams process output as events. It never blocks (hub.emit
-// does not) and stops streaming after limit bytes; the Result keeps the
-// runner's capped copy either way. Chunks may split a UTF-8 sequence.
+// does not). Every chunk reaches live subscribers; the hub persists the
+// head and the tail of each stream within the job's output cap, as the
+// runner caps the Result. Chunks may split a UTF-8 sequence.
 type eventWriter struct {
-	mu   sync.Mutex
-	h    *hub
-	typ  EventType
-	left int64
+	mu  sync.Mutex
+	h   *hub
+	typ EventType
 }
 
-func newEventWriter(h *hub, typ EventType, limit int64) *eventWriter {
-	return &eventWriter{h: h, typ: typ, left: limit}
+func newEventWriter(h *hub, typ EventType) *eventWriter {
+	return &eventWriter{h: h, typ: typ}
 }
 
 func (w *eventWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := len(p)
-	if int64(len(p)) > w.left {
-		p = p[:w.left]
-	}
-	w.left -= int64(len(p))
 	for len(p) > 0 {
 		c := min(len(p), eventChunk)
 		w.h.emit(Event{Type: w.typ, Data: string(p[:c])})

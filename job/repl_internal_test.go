@@ -42,7 +42,7 @@ func TestRunREPL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			j := &Job{ID: "job_x", Limits: runner.Limits{Timeout: time.Second}}
-			e := newEntry(j, tool, map[string]any{"code": "x = 1"}, 16)
+			e := s.newEntry(j, tool, map[string]any{"code": "x = 1"})
 			r := &fakeREPL{res: tc.res}
 			a := s.runREPL(t.Context(), e, j, r, time.Second)
 			if a.err != nil || !a.ran || a.res.OK != tc.ok || !strings.Contains(a.res.Content, tc.content) ||

@@ -16,11 +16,6 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 )
 
-// retainFinished is how many finished jobs keep their in-memory event
-// history (with output) for late subscribers; older ones are synthesized
-// from the store.
-const retainFinished = 64
-
 // Service runs tool calls as jobs. Lifecycle: New, then Start (recovery,
 // then workers), then any number of concurrent calls, then Shutdown. Submit
 // is accepted before Start (jobs wait in the queue); after Shutdown it is
@@ -66,9 +61,12 @@ type Service struct {
 	closed  bool
 	started bool
 
-	emu     sync.Mutex // guards entries and retired
+	emu     sync.Mutex // guards entries
 	entries map[string]*entry
-	retired []string // FIFO of retained finished job IDs
+
+	// sink writes job events to the store in batches (events.go).
+	sink *eventSink
+	sm   *storeMetrics
 
 	runCtx    context.Context // parent of every job's context
 	runCancel context.CancelFunc
@@ -143,6 +141,13 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 	if s.images, err = newImagePolicy(r, cfg.Images); err != nil {
 		return nil, err
 	}
+	s.sm = newStoreMetrics()
+	if cfg.Metrics.reg != nil {
+		if err := s.sm.register(cfg.Metrics.reg, st); err != nil {
+			return nil, fmt.Errorf("job.New: register store metrics: %w", err)
+		}
+	}
+	s.sink = newEventSink(st, cfg.Logger, s.sm)
 	s.pool = newPool(s)
 	tenants := make([]string, 0, len(cfg.Policies))
 	for t := range cfg.Policies {
@@ -218,14 +223,27 @@ func (s *Service) Start(ctx context.Context) error {
 			if err := s.st.Update(ctx, j); err != nil {
 				return fmt.Errorf("start: mark job %s lost: %w", j.ID, err)
 			}
+			// Its events so far stay; the finished event closes them
+			// (a job recorded without events gets all three synthesized).
+			if seq, err := s.lastSeq(ctx, j.ID); err == nil && seq > 0 {
+				err = s.st.AppendEvents(ctx, []EventRecord{{JobID: j.ID, Seq: seq + 1, Type: EventFinished, Time: now}})
+				if err != nil {
+					s.log.Warn("record the lost job's finished event", "job", j.ID, "err", err)
+				}
+			}
 			s.m.jobs.WithLabelValues(j.Tool, j.Runner, OutcomeLost).Inc()
 			s.log.Warn("job lost in a restart", "job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
 		case StatePendingApproval:
 			if s.entry(j.ID) != nil {
 				continue
 			}
-			e := newEntry(j, nil, nil, s.cfg.EventHistory)
-			e.events.emit(Event{Type: EventPendingApproval, Time: j.CreatedAt, Job: cloneJob(j)})
+			e, fresh, err := s.recoveredEntry(ctx, j)
+			if err != nil {
+				return err
+			}
+			if fresh {
+				e.events.emit(Event{Type: EventPendingApproval, Time: j.CreatedAt, Job: cloneJob(j)})
+			}
 			s.register(e)
 			a, ok := byJob[j.ID]
 			if !ok { // died between recording the job and its approval
@@ -237,8 +255,13 @@ func (s *Service) Start(ctx context.Context) error {
 			if s.entry(j.ID) != nil {
 				continue // submitted to this process before Start
 			}
-			e := newEntry(j, nil, nil, s.cfg.EventHistory)
-			e.events.emit(Event{Type: EventQueued, Time: j.CreatedAt, Job: cloneJob(j)})
+			e, fresh, err := s.recoveredEntry(ctx, j)
+			if err != nil {
+				return err
+			}
+			if fresh {
+				e.events.emit(Event{Type: EventQueued, Time: j.CreatedAt, Job: cloneJob(j)})
+			}
 			s.register(e)
 			requeue = append(requeue, e)
 		}
@@ -251,6 +274,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.sbg.Go(s.reapSessions)
 	s.sbg.Go(s.expireApprovals)
+	s.sbg.Go(s.retentionLoop)
 	s.pool.start()
 	s.bg.Go(func() {
 		for _, e := range requeue {
@@ -279,6 +303,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	s.hooks.Wait()
 	s.pool.stop()
 	s.closeAllSessions(SessionReasonShutdown)
+	s.sink.close()
 	return err
 }
 
@@ -321,8 +346,59 @@ func (s *Service) shutdownJobs(ctx context.Context) error {
 	}
 }
 
-func newEntry(j *Job, tool *tools.Tool, args map[string]any, history int) *entry {
-	return &entry{job: j, tool: tool, args: args, done: make(chan struct{}), events: newHub(history)}
+// newEntry makes the in-memory side of a new job. Its events go to the
+// store through the sink; the entry leaves memory once the job's finished
+// event is committed.
+func (s *Service) newEntry(j *Job, tool *tools.Tool, args map[string]any) *entry {
+	return s.entryAfter(j, tool, args, 0)
+}
+
+// entryAfter is newEntry for a job whose events up to seq are recorded.
+func (s *Service) entryAfter(j *Job, tool *tools.Tool, args map[string]any, seq int) *entry {
+	streamCap := j.Limits.OutputBytes
+	if streamCap <= 0 {
+		streamCap = defaultStreamBytes
+	}
+	e := &entry{job: j, tool: tool, args: args, done: make(chan struct{}),
+		events: newHub(j.ID, streamCap, s.sink, seq)}
+	e.events.onDurable = func() { s.retire(e) }
+	return e
+}
+
+// recoveredEntry is the entry of a queued or pending job of an earlier
+// process; its event numbering continues after the recorded events. fresh
+// is true when none were recorded (the caller emits the first).
+func (s *Service) recoveredEntry(ctx context.Context, j *Job) (*entry, bool, error) {
+	seq, err := s.lastSeq(ctx, j.ID)
+	if err != nil {
+		return nil, false, fmt.Errorf("start: %w", err)
+	}
+	return s.entryAfter(j, nil, nil, seq), seq == 0, nil
+}
+
+// lastSeq is the seq of the job's last recorded event (0 when none).
+func (s *Service) lastSeq(ctx context.Context, id string) (int, error) {
+	seq := 0
+	for {
+		evs, err := s.st.ListEvents(ctx, id, seq, 1000)
+		if err != nil {
+			return 0, err
+		}
+		if len(evs) == 0 {
+			return seq, nil
+		}
+		seq = evs[len(evs)-1].Seq
+	}
+}
+
+// retire drops a finished job's entry once its events are durable: Wait,
+// Cancel and Subscribe answer from the store from then on.
+func (s *Service) retire(e *entry) {
+	s.emu.Lock()
+	defer s.emu.Unlock()
+	if s.entries[e.job.ID] == e {
+		delete(s.entries, e.job.ID)
+	}
 }
 
 func (s *Service) entry(id string) *entry {
@@ -366,20 +442,13 @@ func (s *Service) finished(e *entry, j *Job) {
 			s.m.effects.WithLabelValues(j.Tenant, j.Tool, string(eff)).Inc()
 		}
 	}
+	// Once the finished event is durable the entry retires (retire).
 	e.events.emit(Event{Type: EventFinished, Time: *j.FinishedAt, Job: j})
 	close(e.done)
 	if j.SessionID != "" {
 		if ls := s.liveSession(j.SessionID); ls != nil {
 			ls.leave(j.ID)
 		}
-	}
-
-	s.emu.Lock()
-	defer s.emu.Unlock()
-	s.retired = append(s.retired, j.ID)
-	if len(s.retired) > retainFinished {
-		delete(s.entries, s.retired[0])
-		s.retired = slices.Delete(s.retired, 0, 1)
 	}
 }
 

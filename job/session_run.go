@@ -76,12 +76,8 @@ func replOf(sb runner.Sandbox) (replSandbox, bool) {
 // result not OK, and images the code produced become artifacts.
 func (s *Service) runREPL(ctx context.Context, e *entry, j *Job, repl replSandbox, timeout time.Duration) attempt {
 	code, _ := e.args["code"].(string)
-	limit := j.Limits.OutputBytes
-	if limit <= 0 {
-		limit = defaultStreamBytes
-	}
-	stdout := newEventWriter(e.events, EventStdout, limit)
-	stderr := newEventWriter(e.events, EventStderr, limit)
+	stdout := newEventWriter(e.events, EventStdout)
+	stderr := newEventWriter(e.events, EventStderr)
 	ectx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/policy"
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 // Store is the durable record of jobs the service consumes. Package store
@@ -62,4 +63,65 @@ type Store interface {
 	// ListSpends returns the guard's unrefunded spends of jobs created
 	// at or after since (to restore budgets after a restart).
 	ListSpends(ctx context.Context, since time.Time) ([]policy.Spend, error)
+
+	// AppendEvents records events of one or more jobs in one write (the
+	// service batches them: one call per flush, never one per output
+	// chunk). Each job must exist (ErrNotFound otherwise, and nothing is
+	// written). An event whose (JobID, Seq) is already recorded is kept as
+	// it was, so retrying a batch is harmless.
+	AppendEvents(ctx context.Context, evs []EventRecord) error
+	// ListEvents returns the job's events with Seq > after, in Seq order,
+	// at most limit of them (limit <= 0 means 256; at most 1000). A job
+	// without events (or without a record) has none: no error.
+	ListEvents(ctx context.Context, jobID string, after, limit int) ([]EventRecord, error)
+
+	// PutArtifact stores an artifact of a job with its Data. The job must
+	// exist (ErrNotFound); a second artifact of the same job and name is
+	// ErrConflict.
+	PutArtifact(ctx context.Context, jobID string, a tools.Artifact) error
+	// GetArtifact returns a job's artifact with its Data, or ErrNotFound.
+	GetArtifact(ctx context.Context, jobID, name string) (*tools.Artifact, error)
+
+	// DeleteFinishedJobs deletes up to limit terminal jobs that finished
+	// before `before`, the earliest finished first, together with their
+	// events, artifacts and approvals, each batch in one short write. Jobs
+	// with a guard record created at or after keepGuardedSince are kept:
+	// their spends restore budgets at the next start (ListSpends).
+	DeleteFinishedJobs(ctx context.Context, before, keepGuardedSince time.Time, limit int) (Deleted, error)
+	// Size reports how many bytes the store's records occupy.
+	Size(ctx context.Context) (StoreSize, error)
+	// Compact gives space freed by deletions back (SQLite: incremental
+	// vacuum in small steps between other writes; a backend whose own
+	// vacuum does it may do nothing) and returns the bytes given back.
+	Compact(ctx context.Context) (int64, error)
+}
+
+// EventRecord is a job event as the store keeps it. Lifecycle events carry
+// no job snapshot: a replay takes it from the job's record, so the store
+// never holds a result twice.
+type EventRecord struct {
+	JobID string
+	Seq   int
+	Type  EventType
+	Time  time.Time
+	// Data is the output chunk of stdout/stderr events.
+	Data string
+}
+
+// Deleted is what one DeleteFinishedJobs call removed.
+type Deleted struct {
+	Jobs int
+	// Bytes is the data the deleted records held: arguments, results,
+	// event output and artifact data.
+	Bytes int64
+}
+
+// StoreSize is the space a store's records take.
+type StoreSize struct {
+	// Bytes is the space in use by records and indexes; retention
+	// compares it with its max_bytes.
+	Bytes int64
+	// FileBytes is what the store occupies on disk (SQLite: the database
+	// file, including free pages not yet compacted, and its WAL).
+	FileBytes int64
 }

@@ -84,6 +84,26 @@ var migrations = []string{
 		ON approvals (tenant, created_at DESC, id DESC);
 	CREATE INDEX IF NOT EXISTS approvals_pending
 		ON approvals (expires_at) WHERE state = 'pending';`,
+	// 4: job events and artifacts (one source for SSE replay and timelines;
+	// artifacts never inlined in a result), and the index retention walks.
+	`CREATE TABLE IF NOT EXISTS job_events (
+		job_id TEXT    NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+		seq    INTEGER NOT NULL,
+		type   TEXT    NOT NULL,
+		time   INTEGER NOT NULL,                 -- unix nanoseconds, UTC
+		data   BLOB    NOT NULL DEFAULT x'',     -- output chunk (may split UTF-8)
+		PRIMARY KEY (job_id, seq)
+	);
+	CREATE TABLE IF NOT EXISTS artifacts (
+		job_id    TEXT    NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+		name      TEXT    NOT NULL,
+		mime_type TEXT    NOT NULL,
+		size      INTEGER NOT NULL,
+		data      BLOB    NOT NULL,
+		PRIMARY KEY (job_id, name)
+	);
+	CREATE INDEX IF NOT EXISTS jobs_finished
+		ON jobs (finished_at) WHERE state IN ('succeeded', 'failed', 'cancelled');`,
 }
 
 // migrate brings the schema to the latest version.

@@ -16,7 +16,6 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/sandboxd/sandboxd/job"
-	"github.com/sandboxd/sandboxd/tools"
 )
 
 var _ job.Store = (*SQLite)(nil)
@@ -25,6 +24,7 @@ var _ job.Store = (*SQLite)(nil)
 // concurrent use; the caller that opened it must Close it after the job
 // service has shut down.
 type SQLite struct {
+	path string
 	// db serves reads from a small pool (WAL allows many readers).
 	db *sql.DB
 	// w is the only writer: one connection, so writers queue in Go rather
@@ -61,7 +61,7 @@ func Open(path string) (*SQLite, error) {
 	q.Set("_synchronous", "NORMAL") // durable across process crashes in WAL mode
 	q.Set("_txlock", "immediate")
 	dsn := path + "?" + q.Encode()
-	s := &SQLite{}
+	s := &SQLite{path: path}
 	ok := false
 	defer func() {
 		if !ok {
@@ -81,6 +81,9 @@ func Open(path string) (*SQLite, error) {
 	// The writer opens the file first and migrates, so the WAL and the
 	// schema exist before any reader connects.
 	if err := s.w.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := incrementalVacuum(ctx, s.w); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	if err := migrate(ctx, s.w); err != nil {
@@ -113,10 +116,35 @@ func Open(path string) (*SQLite, error) {
 	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_autocheckpoint=0"); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	// A WAL that grew during a burst (a retention pass, a compaction) is
+	// cut back to this size when it restarts after a checkpoint.
+	if _, err := s.w.ExecContext(ctx, "PRAGMA journal_size_limit=67108864"); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
 	s.stopCheckpoint, s.checkpointDone = make(chan struct{}), make(chan struct{})
 	go s.checkpointLoop()
 	ok = true
 	return s, nil
+}
+
+// incrementalVacuum puts the database in auto_vacuum=INCREMENTAL mode, so
+// that Compact can give free pages back in small steps. A new database
+// takes the mode at once; one created before it needs a VACUUM, once.
+func incrementalVacuum(ctx context.Context, w *sql.DB) error {
+	var mode int
+	if err := w.QueryRowContext(ctx, "PRAGMA auto_vacuum").Scan(&mode); err != nil {
+		return fmt.Errorf("auto_vacuum: %w", err)
+	}
+	if mode == 2 {
+		return nil
+	}
+	if _, err := w.ExecContext(ctx, "PRAGMA auto_vacuum=INCREMENTAL"); err != nil {
+		return fmt.Errorf("auto_vacuum: %w", err)
+	}
+	if _, err := w.ExecContext(ctx, "VACUUM"); err != nil {
+		return fmt.Errorf("auto_vacuum: vacuum: %w", err)
+	}
+	return nil
 }
 
 func (s *SQLite) checkpointLoop() {
@@ -296,7 +324,7 @@ func toRow(j *job.Job) (row, error) {
 	}
 	r.limits = string(b)
 	if j.Result != nil {
-		b, err := json.Marshal(j.Result)
+		b, err := encodeResult(j.Result)
 		if err != nil {
 			return row{}, fmt.Errorf("encode result: %w", err)
 		}
@@ -352,10 +380,11 @@ func scanJob(sc scanner) (*job.Job, error) {
 		return nil, fmt.Errorf("decode limits of job %s: %w", r.id, err)
 	}
 	if r.result.Valid {
-		j.Result = new(tools.Result)
-		if err := json.Unmarshal([]byte(r.result.String), j.Result); err != nil {
+		res, err := decodeResult([]byte(r.result.String))
+		if err != nil {
 			return nil, fmt.Errorf("decode result of job %s: %w", r.id, err)
 		}
+		j.Result = res
 	}
 	if r.guard.Valid {
 		j.Guard = new(job.GuardRecord)

@@ -145,12 +145,16 @@ type Result struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
-// Artifact is a file produced by a tool.
+// Artifact is a file produced by a tool. A tool returns it with Data; the
+// job service stores the data apart (GET URL serves it) and keeps only the
+// reference (name, mime type, size, URL) in the job's result.
 type Artifact struct {
 	Name     string `json:"name"`
 	MimeType string `json:"mime_type"`
 	Size     int64  `json:"size"`
-	// Data is base64 in JSON.
+	// URL is where the stored artifact is served (set by the job service).
+	URL string `json:"url,omitempty"`
+	// Data is base64 in JSON; empty once stored.
 	Data []byte `json:"data,omitempty"`
 }
 

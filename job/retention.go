@@ -1,0 +1,114 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// RetentionConfig bounds what the store keeps of finished jobs. Zero
+// fields take the defaults; a negative MaxAge or MaxBytes disables that
+// bound.
+type RetentionConfig struct {
+	// MaxAge deletes terminal jobs (with their events and artifacts)
+	// finished longer ago. Default 7 days.
+	MaxAge time.Duration
+	// MaxBytes deletes the earliest finished jobs while the store's
+	// records take more (StoreSize.Bytes). Default 1 GiB.
+	MaxBytes int64
+	// Interval is the time between retention passes (the first runs at
+	// Start). Default 1m.
+	Interval time.Duration
+}
+
+const (
+	defaultRetentionAge      = 7 * 24 * time.Hour
+	defaultRetentionBytes    = 1 << 30
+	defaultRetentionInterval = time.Minute
+	// retainBatch is how many jobs one delete takes: one short write, so
+	// jobs' own writes interleave with a long pass.
+	retainBatch = 8
+)
+
+func (c *RetentionConfig) withDefaults() error {
+	if c.MaxAge == 0 {
+		c.MaxAge = defaultRetentionAge
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = defaultRetentionBytes
+	}
+	if c.Interval == 0 {
+		c.Interval = defaultRetentionInterval
+	}
+	if c.Interval < 0 {
+		return fmt.Errorf("config: retention interval %s must be positive", c.Interval)
+	}
+	return nil
+}
+
+func (s *Service) retentionLoop() {
+	t := time.NewTicker(s.cfg.Retention.Interval)
+	defer t.Stop()
+	for {
+		s.retain()
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// retain runs one retention pass: jobs past MaxAge, then the earliest
+// finished jobs while the store is over MaxBytes, then compaction. Jobs
+// with a guard record younger than GuardLookback are kept: their spends
+// restore the budgets at the next start.
+func (s *Service) retain() {
+	ctx, cancel := context.WithCancel(s.runCtx)
+	defer cancel()
+	rc := s.cfg.Retention
+	now := time.Now()
+	keepGuarded := now.Add(-s.cfg.GuardLookback)
+	var total Deleted
+	del := func(before time.Time) (int, error) {
+		d, err := s.st.DeleteFinishedJobs(ctx, before, keepGuarded, retainBatch)
+		total.Jobs += d.Jobs
+		total.Bytes += d.Bytes
+		return d.Jobs, err
+	}
+	var err error
+	if rc.MaxAge > 0 {
+		for n := retainBatch; n == retainBatch && err == nil; {
+			n, err = del(now.Add(-rc.MaxAge))
+		}
+	}
+	if rc.MaxBytes > 0 && err == nil {
+		for {
+			var sz StoreSize
+			if sz, err = s.st.Size(ctx); err != nil || sz.Bytes <= rc.MaxBytes {
+				break
+			}
+			var n int
+			if n, err = del(now); err != nil || n == 0 {
+				break
+			}
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("retention", "err", err)
+	}
+	freed, cerr := s.st.Compact(ctx)
+	if cerr != nil && ctx.Err() == nil {
+		s.log.Error("compact store", "err", cerr)
+	}
+	m := s.sm
+	m.retentionRuns.Inc()
+	m.deletedJobs.Add(float64(total.Jobs))
+	m.deletedBytes.Add(float64(total.Bytes))
+	m.compactedBytes.Add(float64(freed))
+	m.lastRun.Set(float64(time.Now().UnixNano()) / 1e9)
+	if total.Jobs > 0 || freed > 0 {
+		s.log.Info("retention", "deleted_jobs", total.Jobs, "deleted_bytes", total.Bytes, "compacted_bytes", freed,
+			"took", time.Since(now).Round(time.Millisecond))
+	}
+}

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/sandboxd/sandboxd/job"
+)
+
+// maxEventsPerInsert bounds the rows of one INSERT statement (5 values
+// each, well under SQLite's 32766 bound variables).
+const maxEventsPerInsert = 200
+
+// AppendEvents implements job.Store: the whole batch is one transaction,
+// multi-row INSERTs of up to maxEventsPerInsert events each.
+func (s *SQLite) AppendEvents(ctx context.Context, evs []job.EventRecord) (err error) {
+	if len(evs) == 0 {
+		return nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	for len(evs) > 0 {
+		n := min(len(evs), maxEventsPerInsert)
+		var q strings.Builder
+		q.WriteString(`INSERT INTO job_events (job_id, seq, type, time, data) VALUES `)
+		args := make([]any, 0, 5*n)
+		for i, ev := range evs[:n] {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?)")
+			args = append(args, ev.JobID, ev.Seq, string(ev.Type), ev.Time.UnixNano(), []byte(ev.Data))
+		}
+		q.WriteString(` ON CONFLICT (job_id, seq) DO NOTHING`)
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			if isForeignKey(err) {
+				return fmt.Errorf("append events: %w: no such job", job.ErrNotFound)
+			}
+			return fmt.Errorf("append events: %w", err)
+		}
+		evs = evs[n:]
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	return nil
+}
+
+// ListEvents implements job.Store.
+func (s *SQLite) ListEvents(ctx context.Context, jobID string, after, limit int) ([]job.EventRecord, error) {
+	switch {
+	case limit <= 0:
+		limit = 256
+	case limit > 1000:
+		limit = 1000
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, type, time, data FROM job_events
+		WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?`, jobID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events of job %s: %w", jobID, err)
+	}
+	defer rows.Close()
+	var out []job.EventRecord
+	for rows.Next() {
+		var (
+			ev   = job.EventRecord{JobID: jobID}
+			typ  string
+			ts   int64
+			data []byte
+		)
+		if err := rows.Scan(&ev.Seq, &typ, &ts, &data); err != nil {
+			return nil, fmt.Errorf("list events of job %s: %w", jobID, err)
+		}
+		ev.Type, ev.Time, ev.Data = job.EventType(typ), time.Unix(0, ts).UTC(), string(data)
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events of job %s: %w", jobID, err)
+	}
+	return out, nil
+}
+
+func isForeignKey(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
