@@ -27,6 +27,9 @@ func (rs *jobsResource) Routes() chi.Router {
 		r.Get("/", rs.get)
 		r.Post("/cancel", rs.cancel)
 		r.Get("/events", rs.events)
+		if as, ok := rs.svc.(ArtifactService); ok {
+			r.Get("/artifacts/{name}", (&artifacts{rs.server, as}).get)
+		}
 	})
 	return r
 }

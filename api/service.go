@@ -37,6 +37,15 @@ type JobService interface {
 	QueueRetryAfter() int
 }
 
+// ArtifactService is the optional part of the job service that serves a
+// job's stored artifacts (GET /v1/jobs/{id}/artifacts/{name}). *job.Service
+// implements it.
+type ArtifactService interface {
+	// Artifact returns the artifact with its data; another tenant's job,
+	// or no artifact of that name, is job.ErrNotFound.
+	Artifact(ctx context.Context, tenant, jobID, name string) (*tools.Artifact, error)
+}
+
 // SessionService is the optional part of the job service that serves
 // /v1/sessions; New mounts those routes only when the JobService
 // implements it. *job.Service does.

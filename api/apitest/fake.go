@@ -36,8 +36,9 @@ type Fake struct {
 }
 
 type entry struct {
-	j      *job.Job
-	events []job.Event
+	j         *job.Job
+	events    []job.Event
+	artifacts map[string]tools.Artifact
 }
 
 // New returns an empty fake.
@@ -127,6 +128,19 @@ func (f *Fake) finishLocked(e *entry, res *tools.Result) {
 		e.j.Attempts++
 		f.emitLocked(e, job.EventStarted, "")
 	}
+	// Artifacts are kept apart, the result references them (as the job
+	// service does).
+	if res != nil && len(res.Artifacts) > 0 {
+		c := *res
+		c.Artifacts = nil
+		e.artifacts = map[string]tools.Artifact{}
+		for _, a := range res.Artifacts {
+			e.artifacts[a.Name] = a
+			a.Size, a.Data, a.URL = int64(len(a.Data)), nil, job.ArtifactURL(e.j.ID, a.Name)
+			c.Artifacts = append(c.Artifacts, a)
+		}
+		res = &c
+	}
 	e.j.Result = res
 	e.j.FinishedAt = &t
 	e.j.State = job.StateSucceeded
@@ -170,6 +184,21 @@ func (f *Fake) lookupLocked(tenant, id string) (*entry, error) {
 		return nil, fmt.Errorf("%w: %s", job.ErrNotFound, id)
 	}
 	return e, nil
+}
+
+// Artifact implements api.ArtifactService.
+func (f *Fake) Artifact(ctx context.Context, tenant, id, name string) (*tools.Artifact, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, err := f.lookupLocked(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	a, ok := e.artifacts[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: no artifact %q", job.ErrNotFound, name)
+	}
+	return &a, nil
 }
 
 // Get implements api.JobService.

@@ -29,6 +29,19 @@ type Config struct {
 	HTTPRequest     HTTPRequestConfig `yaml:"http_request"`
 	Sessions        SessionsConfig    `yaml:"sessions"`
 	Pool            PoolConfig        `yaml:"pool"`
+	Retention       RetentionConfig   `yaml:"retention"`
+}
+
+// RetentionConfig bounds what the store keeps of finished jobs (with their
+// events and artifacts).
+type RetentionConfig struct {
+	// MaxAge deletes jobs finished longer ago; 0: no age bound.
+	MaxAge Duration `yaml:"max_age"`
+	// MaxBytes deletes the earliest finished jobs while the store's
+	// records take more; 0: no size bound.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// Interval is the time between retention passes (and compactions).
+	Interval Duration `yaml:"interval"`
 }
 
 // SessionsConfig configures sessions (persistent sandboxes).
@@ -238,6 +251,8 @@ func defaultConfig() Config {
 			MaxFileBytes: 64 << 20, MaxArchiveBytes: 256 << 20, MaxArchiveEntries: 10000,
 		},
 		Pool:   PoolConfig{MaxSandboxes: 64},
+		Retention: RetentionConfig{MaxAge: Duration(7 * 24 * time.Hour), MaxBytes: 1 << 30,
+			Interval: Duration(time.Minute)},
 		Runner: RunnerConfig{Name: defaultRunner},
 	}
 }

@@ -105,6 +105,15 @@ func (c *Config) validate() error {
 	if c.Pool.MaxSandboxes <= 0 {
 		bad("pool.max_sandboxes %d: must be positive", c.Pool.MaxSandboxes)
 	}
+	if c.Retention.MaxAge < 0 {
+		bad("retention.max_age %q: must not be negative (0: no age bound)", time.Duration(c.Retention.MaxAge))
+	}
+	if c.Retention.MaxBytes < 0 {
+		bad("retention.max_bytes %d: must not be negative (0: no size bound)", c.Retention.MaxBytes)
+	}
+	if c.Retention.Interval <= 0 {
+		bad("retention.interval %q: must be positive", time.Duration(c.Retention.Interval))
+	}
 	if c.HTTPRequest.MaxResponseBytes < 0 {
 		bad("http_request.max_response_bytes %d: must not be negative", c.HTTPRequest.MaxResponseBytes)
 	}

@@ -101,9 +101,10 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			MaxArchiveBytes:   cfg.Sessions.MaxArchiveBytes,
 			MaxArchiveEntries: cfg.Sessions.MaxArchiveEntries,
 		},
-		Pool:    job.PoolConfig{Size: cfg.EffectivePoolSize(), MaxSandboxes: cfg.Pool.MaxSandboxes},
-		Logger:  log.With("component", "job"),
-		Metrics: job.NewMetrics(promReg),
+		Pool:      job.PoolConfig{Size: cfg.EffectivePoolSize(), MaxSandboxes: cfg.Pool.MaxSandboxes},
+		Retention: cfg.Retention.job(),
+		Logger:    log.With("component", "job"),
+		Metrics:   job.NewMetrics(promReg),
 	}, st, reg, r)
 	if err != nil {
 		return err
@@ -191,6 +192,19 @@ func listenAndServe(ctx context.Context, cfg *Config, log *slog.Logger, h http.H
 		return failed
 	}
 	return nil
+}
+
+// job maps the daemon's retention keys (0: no bound) onto the job
+// service's (0: its default, negative: no bound).
+func (r RetentionConfig) job() job.RetentionConfig {
+	off := func(v int64) int64 {
+		if v == 0 {
+			return -1
+		}
+		return v
+	}
+	return job.RetentionConfig{MaxAge: time.Duration(off(int64(r.MaxAge))), MaxBytes: off(r.MaxBytes),
+		Interval: time.Duration(r.Interval)}
 }
 
 func (l LimitValues) runner() runner.Limits {
