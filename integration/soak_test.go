@@ -42,8 +42,8 @@ func TestSoakFloodRetention(t *testing.T) {
 	cmd := fmt.Sprintf("yes 'out out out out out out out out out out' | head -c %d; yes 'err err err err err err err err' | head -c %d >&2", floodSize, floodSize)
 
 	type sample struct {
-		jobs           int
-		rss, data, row int64
+		jobs                int
+		rss, data, wal, row int64
 	}
 	var samples []sample
 	start := time.Now()
@@ -61,12 +61,13 @@ func TestSoakFloodRetention(t *testing.T) {
 		if !baseline {
 			time.Sleep(1500 * time.Millisecond) // one retention pass
 		}
-		samples = append(samples, sample{jobs: (r + 1) * perRound, rss: rssBytes(t, pid), data: dirBytes(t, s.DataDir), row: maxRowBytes(t, s.DataDir)})
+		samples = append(samples, sample{jobs: (r + 1) * perRound, rss: rssBytes(t, pid), data: dirBytes(t, s.DataDir), wal: fileBytes(filepath.Join(s.DataDir, "sandboxd.db-wal")), row: maxRowBytes(t, s.DataDir)})
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "soak (%s, %s): jobs, RSS MiB, data dir MiB, largest job row MiB\n", map[bool]string{true: "baseline, no retention", false: "retention max_bytes 48 MiB"}[baseline], time.Since(start).Round(time.Second))
+	fmt.Fprintf(&b, "soak (%s, %s): jobs, RSS MiB, store MiB (database, WAL and artifacts), of which WAL MiB, largest job row MiB\n", map[bool]string{true: "baseline, no retention", false: "retention max_bytes 48 MiB"}[baseline], time.Since(start).Round(time.Second))
 	for _, sm := range samples {
-		fmt.Fprintf(&b, "  %3d  %7.1f  %7.1f  %5.2f\n", sm.jobs, float64(sm.rss)/(1<<20), float64(sm.data)/(1<<20), float64(sm.row)/(1<<20))
+		fmt.Fprintf(&b, "  %3d  %7.1f  %7.1f  %7.1f  %5.2f\n", sm.jobs, float64(sm.rss)/(1<<20), float64(sm.data)/(1<<20),
+			float64(sm.wal)/(1<<20), float64(sm.row)/(1<<20))
 	}
 	t.Log(b.String())
 	if baseline {
@@ -97,6 +98,14 @@ func maxRowBytes(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return n.Int64
+}
+
+func fileBytes(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 // rssBytes reads VmRSS of pid.

@@ -118,7 +118,7 @@ func Open(path string) (*SQLite, error) {
 	}
 	// A WAL that grew during a burst (a retention pass, a compaction) is
 	// cut back to this size when it restarts after a checkpoint.
-	if _, err := s.w.ExecContext(ctx, "PRAGMA journal_size_limit=67108864"); err != nil {
+	if _, err := s.w.ExecContext(ctx, "PRAGMA journal_size_limit=16777216"); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	s.stopCheckpoint, s.checkpointDone = make(chan struct{}), make(chan struct{})
