@@ -250,7 +250,7 @@ func defaultConfig() Config {
 			DefaultIdle: Duration(10 * time.Minute), ReapInterval: Duration(5 * time.Second),
 			MaxFileBytes: 64 << 20, MaxArchiveBytes: 256 << 20, MaxArchiveEntries: 10000,
 		},
-		Pool:   PoolConfig{MaxSandboxes: 64},
+		Pool: PoolConfig{MaxSandboxes: 64},
 		Retention: RetentionConfig{MaxAge: Duration(7 * 24 * time.Hour), MaxBytes: 1 << 30,
 			Interval: Duration(time.Minute)},
 		Runner: RunnerConfig{Name: defaultRunner},
