@@ -80,8 +80,12 @@ func TestDockerSessionThroughAPI(t *testing.T) {
 	// A matplotlib figure becomes a PNG artifact (for the program, not the model).
 	j = call("python_repl", map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"})
 	if !j.Result.OK || len(j.Result.Artifacts) != 1 || j.Result.Artifacts[0].MimeType != "image/png" ||
-		!bytes.HasPrefix(j.Result.Artifacts[0].Data, []byte("\x89PNG")) {
-		t.Fatalf("matplotlib figure: ok=%v artifacts=%d content=%q error=%q", j.Result.OK, len(j.Result.Artifacts), j.Result.Content, j.Result.Error)
+		len(j.Result.Artifacts[0].Data) != 0 || j.Result.Artifacts[0].URL == "" {
+		t.Fatalf("matplotlib figure: ok=%v artifacts=%+v content=%q error=%q", j.Result.OK, j.Result.Artifacts, j.Result.Content, j.Result.Error)
+	}
+	if code, png := s.raw("GET", j.Result.Artifacts[0].URL, nil, ""); code != 200 || !bytes.HasPrefix(png, []byte("\x89PNG")) ||
+		int64(len(png)) != j.Result.Artifacts[0].Size {
+		t.Fatalf("GET %s: %d, %d bytes", j.Result.Artifacts[0].URL, code, len(png))
 	}
 	// A runaway cell is interrupted by its timeout; the session keeps its state.
 	j = call("python_repl", map[string]any{"code": "while True: pass", "timeout_seconds": 1})

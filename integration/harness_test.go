@@ -197,6 +197,7 @@ type jobView struct {
 			Name     string `json:"name"`
 			MimeType string `json:"mime_type"`
 			Size     int64  `json:"size"`
+			URL      string `json:"url"`
 			Data     []byte `json:"data"`
 		} `json:"artifacts"`
 		Process *struct {
