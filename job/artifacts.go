@@ -79,14 +79,19 @@ func artifactName(name, mimeType string, i int) string {
 	if ok {
 		return name
 	}
-	ext := ""
-	if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
-		ext = exts[0]
-	}
-	if mimeType == "image/png" {
-		ext = ".png"
+	ext, ok := commonExt[mimeType]
+	if !ok {
+		if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
+			ext = exts[0]
+		}
 	}
 	return fmt.Sprintf("artifact-%d%s", i+1, ext)
+}
+
+var commonExt = map[string]string{
+	"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/svg+xml": ".svg",
+	"text/plain": ".txt", "text/csv": ".csv", "text/html": ".html", "application/json": ".json",
+	"application/pdf": ".pdf", "application/octet-stream": ".bin",
 }
 
 func uniqueName(name string, used map[string]bool) string {

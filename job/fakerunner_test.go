@@ -24,6 +24,7 @@ import (
 //	sleep D        sleeps D (Go duration); honours Process.Timeout
 //	block          waits until ctx is cancelled (killed: SIGKILL)
 //	error          fails with an infrastructure error
+//	flood N        writes N bytes of numbered lines to stdout, 4 KiB a write
 type fakeRunner struct {
 	mu      sync.Mutex
 	specs   []runner.SandboxSpec
@@ -134,6 +135,21 @@ func (s *fakeSandbox) Exec(ctx context.Context, p runner.Process) (runner.Result
 		}
 	case "error":
 		return runner.Result{}, errors.New("sandbox agent vanished")
+	case "flood":
+		n, _ := strconv.Atoi(p.Args[1])
+		var b strings.Builder
+		for i := 0; b.Len() < n; i++ {
+			fmt.Fprintf(&b, "line %07d\n", i)
+		}
+		text := b.String()[:n]
+		for len(text) > 0 {
+			c := min(len(text), 4096)
+			if p.Stdout != nil {
+				p.Stdout.Write([]byte(text[:c]))
+			}
+			text = text[c:]
+		}
+		res.Stdout = []byte("flooded")
 	default:
 		return runner.Result{}, fmt.Errorf("%w: unknown fake command %q", runner.ErrInvalidSpec, p.Args[0])
 	}

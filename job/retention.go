@@ -70,8 +70,8 @@ func (s *Service) retain() {
 	now := time.Now()
 	keepGuarded := now.Add(-s.cfg.GuardLookback)
 	var total Deleted
-	del := func(before time.Time) (int, error) {
-		d, err := s.st.DeleteFinishedJobs(ctx, before, keepGuarded, retainBatch)
+	del := func(before time.Time, n int) (int, error) {
+		d, err := s.st.DeleteFinishedJobs(ctx, before, keepGuarded, n)
 		total.Jobs += d.Jobs
 		total.Bytes += d.Bytes
 		return d.Jobs, err
@@ -79,7 +79,7 @@ func (s *Service) retain() {
 	var err error
 	if rc.MaxAge > 0 {
 		for n := retainBatch; n == retainBatch && err == nil; {
-			n, err = del(now.Add(-rc.MaxAge))
+			n, err = del(now.Add(-rc.MaxAge), retainBatch)
 		}
 	}
 	if rc.MaxBytes > 0 && err == nil {
@@ -88,8 +88,10 @@ func (s *Service) retain() {
 			if sz, err = s.st.Size(ctx); err != nil || sz.Bytes <= rc.MaxBytes {
 				break
 			}
+			// One job at a time: the size is checked again after each, so
+			// no more is deleted than needed.
 			var n int
-			if n, err = del(now); err != nil || n == 0 {
+			if n, err = del(now, 1); err != nil || n == 0 {
 				break
 			}
 		}
