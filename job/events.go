@@ -270,8 +270,11 @@ type subscriber struct {
 
 func newSubscriber() *subscriber { return &subscriber{notify: make(chan struct{}, 1)} }
 
-// push queues ev; false (and the subscriber closed) when the queue would
-// exceed subscriberBytes.
+// push queues ev; false (and the subscriber closed) when an output event
+// would take the queue past subscriberBytes. Lifecycle events are always
+// queued (a job has a handful, and the finished one must not cost a
+// subscriber its stream), so the queue holds at most subscriberBytes of
+// output plus those snapshots.
 func (s *subscriber) push(ev Event) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -279,7 +282,7 @@ func (s *subscriber) push(ev Event) bool {
 		return false
 	}
 	n := eventBytes(ev)
-	if s.size+n > subscriberBytes && len(s.q) > 0 {
+	if streamIndex(ev.Type) >= 0 && s.size+n > subscriberBytes {
 		s.closed = true // disconnected: it reads what it missed from the store
 		s.signal()
 		return false

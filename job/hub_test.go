@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 // eventStore is the event half of a Store, in memory (the rest panics).
@@ -157,5 +159,20 @@ func TestSinkBatches(t *testing.T) {
 	}
 	if n != 1000 || st.writes > 50 {
 		t.Errorf("%d events in %d writes, want 1000 in few", n, st.writes)
+	}
+}
+
+// TestHubSubscriberGetsLargeFinished: a finished event carrying a large
+// result reaches a subscriber whose queue holds output.
+func TestHubSubscriberGetsLargeFinished(t *testing.T) {
+	t.Parallel()
+	h := newHub("j", 1<<20, nil, 0)
+	_, _, sub := h.subscribe()
+	h.emit(Event{Type: EventStdout, Data: strings.Repeat("x", 512<<10)})
+	big := &Job{Result: &tools.Result{Content: strings.Repeat("y", 2<<20)}}
+	h.emit(Event{Type: EventFinished, Job: big})
+	evs, _ := sub.take()
+	if len(evs) != 2 || evs[1].Type != EventFinished {
+		t.Fatalf("subscriber got %d events", len(evs))
 	}
 }
