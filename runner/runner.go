@@ -118,9 +118,18 @@ const (
 // HTTPS_PROXY at "http://"+EgressProxyAddr.
 const EgressProxyAddr = "127.0.0.1:3128"
 
+// AgentDir is the directory of the agent's socket inside every sandbox
+// that runs the sandbox agent: owned by the agent's uid (policy.AgentUID),
+// mode 0700, so the code can neither list, traverse nor write it.
+const AgentDir = "/run/sandboxd"
+
+// AgentSocketPath is where the sandbox agent listens inside the sandbox.
+const AgentSocketPath = AgentDir + "/agent.sock"
+
 // EgressSocketPath is where the egress unix socket appears inside container
-// sandboxes (the sandbox agent forwards EgressProxyAddr to it).
-const EgressSocketPath = "/run/sandboxd/egress.sock"
+// sandboxes (the sandbox agent forwards EgressProxyAddr to it; only the
+// agent can reach it, in AgentDir).
+const EgressSocketPath = AgentDir + "/egress.sock"
 
 // Egress serves a sandbox's outbound connections. The runner creates a unix
 // listener private to the sandbox (its identity: whoever connects to it is
