@@ -283,44 +283,6 @@ for p in sorted(os.listdir("/proc")):
 	}
 }
 
-func (s *suite) testUnprivileged(t *testing.T) {
-	s.need(t, s.f.DropsPrivileges, "privilege dropping")
-	sb := s.sandbox(t, runner.SandboxSpec{})
-	res := s.sh(t, sb, "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status")
-	mustOK(t, res)
-	fields := map[string]string{}
-	for _, line := range strings.Split(string(res.Stdout), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			fields[k] = strings.Join(strings.Fields(v), " ")
-		}
-	}
-	for _, k := range []string{"Uid", "Gid"} {
-		for _, id := range strings.Fields(fields[k]) {
-			if id == "0" {
-				t.Errorf("%s: %s (root)", k, fields[k])
-			}
-		}
-	}
-	if g := fields["Groups"]; g != "" && g != "65534" {
-		for _, id := range strings.Fields(g) {
-			if id == "0" {
-				t.Errorf("supplementary group root: %q", g)
-			}
-		}
-	}
-	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
-		if fields[k] != "0000000000000000" {
-			t.Errorf("%s = %q, want none", k, fields[k])
-		}
-	}
-	if fields["NoNewPrivs"] != "1" {
-		t.Errorf("NoNewPrivs = %q", fields["NoNewPrivs"])
-	}
-	if s.caps.Seccomp && fields["Seccomp"] != "2" {
-		t.Errorf("Seccomp = %q, want 2 (filter)", fields["Seccomp"])
-	}
-}
-
 func (s *suite) testSyscallAttacks(t *testing.T) {
 	s.need(t, s.caps.Seccomp, "a seccomp filter")
 	sb := s.sandbox(t, runner.SandboxSpec{})
