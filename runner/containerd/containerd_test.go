@@ -205,6 +205,7 @@ func TestConformanceRunsc(t *testing.T) {
 		Leftovers:       r.leftovers,
 		DropsPrivileges: true,
 		KillsDaemons:    true,
+		KnownLeaks:      runnertest.GVisorKnownLeaks,
 	})
 }
 

@@ -50,17 +50,14 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		}
 	}()
 
-	// dir: root's (agent log, netns pin); dir/run: the sandbox user's,
-	// mounted at /run/sandboxd. MkdirAll: another instance's Reap may
-	// have removed our empty stateRoot.
+	// dir: root's (agent log, netns pin); dir/run: root's too, 0700,
+	// mounted at /run/sandboxd (hostside.MakeStateDir). MkdirAll: another
+	// instance's Reap may have removed our empty stateRoot.
 	os.MkdirAll(r.stateRoot(), 0o711)
 	if err := os.Mkdir(s.dir, 0o711); err != nil {
 		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
 	}
-	if err := os.Mkdir(s.runDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
-	}
-	if err := os.Chown(s.runDir, sandboxUID, sandboxUID); err != nil {
+	if err := hostside.MakeStateDir(s.runDir); err != nil {
 		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
 	}
 	if err := newNetns(s.netns); err != nil {
@@ -177,11 +174,9 @@ func (s *Sandbox) listenEgress() error {
 	s.mu.Lock()
 	s.egress = ln
 	s.mu.Unlock()
-	// The sandbox user connects; the directory (0700, the sandbox
-	// user's, mounted only into this sandbox) is the access control.
-	if err := os.Chmod(path, 0o666); err != nil {
-		return err
-	}
+	// Only the agent (uid 0) connects: the run dir (0700, root's,
+	// mounted only into this sandbox) is closed to the code, which
+	// reaches the proxy through the agent.
 	go func() {
 		if err := s.spec.Egress.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
 			s.r.cfg.Logger.Warn("containerd runner: egress serve", "sandbox", s.id, "err", err)

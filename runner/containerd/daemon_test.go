@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,8 +53,16 @@ func TestContainerIsolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !spec.Root.Readonly || spec.Process.User.UID != sandboxUID || !spec.Process.NoNewPrivileges || len(spec.Process.Capabilities.Bounding) != 0 || spec.Linux.Seccomp == nil {
+	if !spec.Root.Readonly || spec.Process.User.UID != hostside.AgentUID || !spec.Process.NoNewPrivileges || !slices.Equal(spec.Process.Capabilities.Bounding, hostside.AgentCapabilities()) || spec.Linux.Seccomp == nil {
 		t.Errorf("spec root ro %v user %+v nnp %v caps %v seccomp %v", spec.Root.Readonly, spec.Process.User, spec.Process.NoNewPrivileges, spec.Process.Capabilities, spec.Linux.Seccomp != nil)
+	}
+	// The agent as the kernel sees it (runc: the task's pid is the
+	// agent), and its run dir.
+	if err := hostside.VerifyAgentProcess(int(s.cur.task.Pid())); err != nil {
+		t.Error(err)
+	}
+	if err := hostside.VerifyStateDir(s.runDir); err != nil {
+		t.Error(err)
 	}
 	var netns string
 	for _, ns := range spec.Linux.Namespaces {

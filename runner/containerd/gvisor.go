@@ -22,8 +22,9 @@ import (
 //     killing is off (it would kill the gofer); the agent still kills
 //     each Exec's process group.
 //   - The host pids cgroup counts runsc's tasks, so Limits.PIDs is
-//     enforced inside as RLIMIT_NPROC (every sandbox task runs as
-//     sandboxUID), with a host ceiling of gvisorHostPIDs.
+//     enforced inside as RLIMIT_NPROC (hostside.GVisorNProc: every
+//     process of the code runs as sandboxUID), with a host ceiling of
+//     gvisorHostPIDs.
 //   - The host memory cgroup covers the whole sandbox: an allocation past
 //     it kills the Sentry with everything inside. Exec reports that as
 //     OOMKilled and the runner restarts the task with a fresh agent

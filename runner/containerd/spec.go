@@ -10,11 +10,11 @@ import (
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
-// Paths inside the container (those of the Docker runner).
+// Paths inside the container (those of the Docker runner), and the code's
+// uid (the agent model: hostside.AgentArgs).
 const (
-	agentBinary = "/run/sandboxd-agent/sandbox-agent"
-	agentDir    = "/run/sandboxd"
-	agentSocket = agentDir + "/agent.sock"
+	agentBinary = hostside.AgentBinary
+	agentDir    = hostside.AgentDir
 	sandboxUID  = hostside.SandboxUID
 )
 
@@ -44,22 +44,12 @@ type specInput struct {
 	GVisor bool
 }
 
-// agentArgs is the agent's command line. env -i: runc adds HOME to an
-// environment that lacks it, and the agent passes its own environment to
-// every process.
-func agentArgs(egress bool) []string {
-	args := []string{"/usr/bin/env", "-i", agentBinary, "--socket", agentSocket, "--root", runner.WorkspaceDir}
-	if egress {
-		args = append(args, "--egress-listen", runner.EgressProxyAddr, "--egress-socket", runner.EgressSocketPath)
-	}
-	return args
-}
-
 // buildSpec is the whole isolation of one sandbox as an OCI runtime spec:
 // read-only root, fresh /tmp and /dev/shm, the agent bound read-only, the
 // run dir and the workspace (per WorkspaceMode), every namespace but the
-// user one (the network one prepared by the runner), no capabilities,
-// no_new_privs, uid 65534, cgroup limits, rlimits, masked /proc paths and
+// user one (the network one prepared by the runner), the agent as uid 0
+// with only the agent's capabilities (it runs the code as sandboxUID with
+// none), no_new_privs, cgroup limits, rlimits, masked /proc paths and
 // seccomp. Pure: tests check it without a daemon.
 func buildSpec(in specInput) *specs.Spec {
 	l := in.Limits
@@ -94,7 +84,8 @@ func buildSpec(in specInput) *specs.Spec {
 	}
 	if in.GVisor {
 		pids = gvisorHostPIDs(l.PIDs)
-		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Soft: uint64(l.PIDs), Hard: uint64(l.PIDs)})
+		nproc := uint64(hostside.GVisorNProc(l.PIDs))
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Soft: nproc, Hard: nproc})
 	}
 	period := uint64(100_000)
 	quota := l.CPUMillis * int64(period) / 1000
@@ -103,15 +94,18 @@ func buildSpec(in specInput) *specs.Spec {
 		Hostname: "sandbox",
 		Root:     &specs.Root{Path: "rootfs", Readonly: true},
 		Process: &specs.Process{
-			Args: agentArgs(in.Spec.Network == runner.NetworkEgress),
+			Args: hostside.AgentArgs(in.Spec.Network == runner.NetworkEgress),
 			// The agent adds PATH and passes each Exec only what it
 			// asks for.
 			Env:             []string{},
 			Cwd:             "/",
-			User:            specs.User{UID: sandboxUID, GID: sandboxUID},
+			User:            specs.User{UID: hostside.AgentUID, GID: hostside.AgentGID},
 			NoNewPrivileges: true,
-			Capabilities:    &specs.LinuxCapabilities{Bounding: []string{}, Effective: []string{}, Permitted: []string{}, Inheritable: []string{}, Ambient: []string{}},
-			Rlimits:         rlimits,
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: hostside.AgentCapabilities(), Effective: hostside.AgentCapabilities(), Permitted: hostside.AgentCapabilities(),
+				Inheritable: []string{}, Ambient: []string{},
+			},
+			Rlimits: rlimits,
 		},
 		Mounts: mounts,
 		Linux: &specs.Linux{

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,12 +39,17 @@ func TestBuildSpec(t *testing.T) {
 				Limits: l, AgentPath: "/opt/agent", RunDir: "/state/sb1/run", NetnsPath: "/state/sb1/netns", TmpBytes: 1 << 20, Seccomp: sc,
 			})
 			p := s.Process
-			if p.User.UID != sandboxUID || p.User.GID != sandboxUID || !p.NoNewPrivileges {
+			// The agent: uid 0 with its capabilities only; the code's
+			// uid is on its command line.
+			if p.User.UID != 0 || p.User.GID != 0 || !p.NoNewPrivileges {
 				t.Errorf("user %+v nnp %v", p.User, p.NoNewPrivileges)
 			}
-			c := p.Capabilities
-			if len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) != 0 {
+			c, agentCaps := p.Capabilities, []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"}
+			if !slices.Equal(c.Bounding, agentCaps) || !slices.Equal(c.Effective, agentCaps) || !slices.Equal(c.Permitted, agentCaps) || len(c.Inheritable)+len(c.Ambient) != 0 {
 				t.Errorf("capabilities %+v", c)
+			}
+			if !strings.Contains(strings.Join(p.Args, " "), "--uid 65534 --gid 65534") {
+				t.Errorf("args %v: the code's uid and gid missing", p.Args)
 			}
 			if len(p.Env) != 0 || p.Args[0] != "/usr/bin/env" || p.Args[1] != "-i" || p.Args[2] != agentBinary {
 				t.Errorf("env %v args %v", p.Env, p.Args)

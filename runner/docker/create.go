@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -22,11 +21,11 @@ import (
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
-// Paths inside the container.
+// Paths inside the container, and the code's uid (the agent model:
+// hostside.AgentArgs).
 const (
-	agentBinary = "/run/sandboxd-agent/sandbox-agent"
-	agentDir    = "/run/sandboxd"
-	agentSocket = agentDir + "/agent.sock"
+	agentBinary = hostside.AgentBinary
+	agentDir    = hostside.AgentDir
 	sandboxUID  = hostside.SandboxUID
 )
 
@@ -61,10 +60,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		}
 	}()
 
-	if err := os.Mkdir(s.stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
-	}
-	if err := os.Chown(s.stateDir, sandboxUID, sandboxUID); err != nil {
+	if err := hostside.MakeStateDir(s.stateDir); err != nil {
 		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
 	}
 	if spec.Network == runner.NetworkEgress {
@@ -169,14 +165,12 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 	if image == "" {
 		image = r.cfg.Image
 	}
-	uid := strconv.Itoa(sandboxUID)
 	cfg := &container.Config{
-		Image:    image,
-		User:     uid + ":" + uid,
-		Hostname: "sandbox",
-		// env -i: the agent passes its own environment to every process,
-		// and Docker always adds HOSTNAME, HOME and the image's ENV.
-		Entrypoint: entrypoint(spec),
+		Image: image,
+		// The agent; it runs the code as sandboxUID (hostside.AgentArgs).
+		User:       fmt.Sprintf("%d:%d", hostside.AgentUID, hostside.AgentGID),
+		Hostname:   "sandbox",
+		Entrypoint: hostside.AgentArgs(spec.Network == runner.NetworkEgress),
 		Cmd:        nil,
 		WorkingDir: "/",
 		Labels:     labels,
@@ -203,6 +197,7 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		ShmSize:        r.cfg.TmpBytes,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
+		CapAdd:         hostside.AgentCapabilities(),
 		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + r.seccompFor(spec)},
 		Init:           &noInit,
 		AutoRemove:     false,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,14 +151,22 @@ func TestContainerIsolation(t *testing.T) {
 	if !hc.ReadonlyRootfs {
 		t.Error("root fs is writable")
 	}
-	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || len(hc.CapAdd) != 0 {
-		t.Errorf("CapDrop %v CapAdd %v", hc.CapDrop, hc.CapAdd)
+	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || !slices.Equal(hc.CapAdd, hostside.AgentCapabilities()) {
+		t.Errorf("CapDrop %v CapAdd %v, want ALL and %v", hc.CapDrop, hc.CapAdd, hostside.AgentCapabilities())
 	}
 	if string(hc.NetworkMode) != "none" {
 		t.Errorf("NetworkMode %q", hc.NetworkMode)
 	}
-	if insp.Config.User != "65534:65534" {
-		t.Errorf("User %q", insp.Config.User)
+	if insp.Config.User != "0:0" {
+		t.Errorf("User %q, want the agent's 0:0", insp.Config.User)
+	}
+	// The agent as the kernel sees it (runc: the container's pid is the
+	// agent), and its state dir.
+	if err := hostside.VerifyAgentProcess(insp.State.Pid); err != nil {
+		t.Error(err)
+	}
+	if err := hostside.VerifyStateDir(sb.(*Sandbox).stateDir); err != nil {
+		t.Error(err)
 	}
 	var nnp, seccomp bool
 	for _, o := range hc.SecurityOpt {

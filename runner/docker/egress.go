@@ -28,17 +28,6 @@ var egressSeccomp = sync.OnceValues(func() (string, error) {
 	return string(b), err
 })
 
-// entrypoint is the agent's command line for spec.
-func entrypoint(spec runner.SandboxSpec) []string {
-	// env -i: the agent passes its own environment to every process,
-	// and Docker always adds HOSTNAME, HOME and the image's ENV.
-	args := []string{"/usr/bin/env", "-i", agentBinary, "--socket", agentSocket, "--root", runner.WorkspaceDir}
-	if spec.Network == runner.NetworkEgress {
-		args = append(args, "--egress-listen", runner.EgressProxyAddr, "--egress-socket", runner.EgressSocketPath)
-	}
-	return args
-}
-
 // seccompFor is the seccomp profile (JSON) of spec's container: inet
 // sockets only with NetworkEgress (startEgress, which runs first, has made
 // sure the egress profile builds).
@@ -67,12 +56,8 @@ func (s *Sandbox) startEgress() error {
 	// The state dir is removed whole at destroy; the sandbox may have
 	// replaced the path meanwhile, so never unlink by name.
 	ln.SetUnlinkOnClose(false)
-	// The agent runs as sandboxUID; the directory (0700, sandboxUID) is
-	// the access control.
-	if err := os.Chown(path, sandboxUID, sandboxUID); err != nil {
-		ln.Close()
-		return fmt.Errorf("egress socket: %w", err)
-	}
+	// Only the agent (uid 0) connects: the state dir (0700, root's) is
+	// closed to the code, which reaches the proxy through the agent.
 	s.egressMu.Lock()
 	s.egressLn = ln
 	s.egressMu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // gVisor (runsc) as the container runtime, registered with dockerd by
@@ -40,10 +41,10 @@ import (
 //     the agent's session (startSweepLocked); the next Exec waits for it.
 //   - The host pids cgroup counts those runsc tasks (about 25 plus 2 per
 //     sandbox task), so Limits.PIDs is enforced inside instead, as
-//     RLIMIT_NPROC: gVisor counts it per uid in its own kernel, and every
-//     task of the sandbox runs as sandboxUID, so it bounds the sandbox's
-//     tasks exactly like a pids cgroup. The host limit keeps a ceiling for
-//     runsc's own tasks (gvisorHostPIDs).
+//     RLIMIT_NPROC (hostside.GVisorNProc): gVisor counts it per uid in its
+//     own kernel, and every process of the code runs as sandboxUID, so it
+//     bounds them like a pids cgroup (the agent, uid 0, keeps one pid).
+//     The host limit keeps a ceiling for runsc's own tasks (gvisorHostPIDs).
 //   - gVisor has no memory limit of its own: the host cgroup limit covers
 //     the whole sandbox, and an allocation past it makes the host OOM killer
 //     take the Sentry with every process inside. The Exec reports
@@ -88,7 +89,8 @@ func (r *Runner) applyGVisor(hc *container.HostConfig, l runner.Limits) {
 	}
 	host := gvisorHostPIDs(l.PIDs)
 	hc.Resources.PidsLimit = &host
-	hc.Resources.Ulimits = append(hc.Resources.Ulimits, &units.Ulimit{Name: "nproc", Soft: l.PIDs, Hard: l.PIDs})
+	nproc := hostside.GVisorNProc(l.PIDs)
+	hc.Resources.Ulimits = append(hc.Resources.Ulimits, &units.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
 	for i, opt := range hc.SecurityOpt {
 		if prof, ok := strings.CutPrefix(opt, "seccomp="); ok {
 			// probe checked the profile converts; on a failure the

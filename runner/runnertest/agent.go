@@ -22,6 +22,12 @@ import (
 // policy.CodeUID, policy.AgentCapabilities) makes every one of them fail;
 // after each, the sandbox must still answer.
 
+// GVisorKnownLeaks are what gVisor's kernel (the Sentry) lets the code see
+// of pid 1 whatever the runner does; Factory.KnownLeaks of runsc backends.
+var GVisorKnownLeaks = map[string]string{
+	"list /proc/1/fdinfo": "gVisor's procfs lets any task list and read another's fdinfo: fd numbers, positions and open flags, not what the fds are (the fd directory and its links stay closed)",
+}
+
 // attackPrelude defines attempt(name, fn): it prints "name: denied ERRNO"
 // when fn raises OSError and "name: ALLOWED result" otherwise. c(r)
 // turns a failed libc call's -1 into OSError.
@@ -56,8 +62,18 @@ func (s *suite) attack(t *testing.T, sb runner.Sandbox, want []string, script st
 		t.Errorf("attack script exited %d: %s", res.ExitCode, res.Stderr)
 	}
 	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, ": ALLOWED") {
+		name, result, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		why, known := s.f.KnownLeaks[name]
+		switch allowed := strings.HasPrefix(result, "ALLOWED"); {
+		case allowed && known:
+			t.Logf("known leak on runner %q: %s (%s)", s.r.Name(), line, why)
+		case allowed:
 			t.Errorf("attack succeeded: %s", line)
+		case known:
+			t.Errorf("known leak %q no longer happens (%s): drop it from Factory.KnownLeaks and the docs", name, result)
 		}
 	}
 	for _, w := range want {
@@ -199,6 +215,8 @@ attempt("pidfd_send_signal SIGKILL", pidfd_kill)
 attempt("kill %[1]s", lambda: os.kill(1, signal.%[1]s))
 if os.getpgid(1) == os.getpgrp():
     print("killpg %[1]s: skipped: the code shares pid 1's process group (kill covers it)")
+elif os.getpgid(1) == 0:
+    print("killpg %[1]s: skipped: pid 1's process group is outside this pid namespace")
 else:
     attempt("killpg %[1]s", lambda: os.killpg(os.getpgid(1), signal.%[1]s))
 `, sig))
@@ -312,6 +330,37 @@ func (s *suite) checkCodeStatus(t *testing.T, who, status string) {
 	}
 	if s.caps.Seccomp && fields["Seccomp"] != "2" {
 		t.Errorf("%s: Seccomp = %q, want 2 (filter)", who, fields["Seccomp"])
+	}
+}
+
+// testAgentPrivileges: with an agent, pid 1 is the agent as the model
+// has it (seen from the code: /proc/1/status stays readable): uid and
+// gid policy.AgentUID, exactly policy.AgentCapabilities in the bounding,
+// effective and permitted sets, nothing inheritable or ambient,
+// no_new_privs and the sandbox's seccomp filter.
+func (s *suite) testAgentPrivileges(t *testing.T) {
+	sb := s.sandbox(t, runner.SandboxSpec{})
+	_, ok := sb.(runner.AgentSandbox)
+	s.need(t, ok, "the sandbox agent as pid 1")
+	res := s.exec(t, sb, runner.Process{Args: []string{"cat", "/proc/1/status"}})
+	mustOK(t, res)
+	f := map[string]string{}
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			f[k] = strings.Join(strings.Fields(v), " ")
+		}
+	}
+	id := strconv.Itoa(policy.AgentUID)
+	caps := fmt.Sprintf("%016x", policy.AgentCapabilityMask())
+	want := map[string]string{"Uid": strings.Repeat(id+" ", 3) + id, "Gid": strings.Repeat(id+" ", 3) + id,
+		"CapBnd": caps, "CapEff": caps, "CapPrm": caps, "CapInh": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1"}
+	if s.caps.Seccomp {
+		want["Seccomp"] = "2"
+	}
+	for k, v := range want {
+		if f[k] != v {
+			t.Errorf("pid 1 %s: %q, want %q", k, f[k], v)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -19,8 +20,9 @@ const (
 	LabelWorkspaceOwner = "sandboxd.workspace-owner"
 )
 
-// SandboxUID is the user (and group) sandboxes run as.
-const SandboxUID = 65534
+// SandboxUID is the user (and group) the code runs as (policy.CodeUID;
+// the agent runs as AgentUID).
+const SandboxUID = policy.CodeUID
 
 // WorkspaceOwner returns "uid:gid" of a read-write workspace that the
 // sandbox user does not own, "" when no chown is needed.
