@@ -111,7 +111,8 @@ var Table = []Row{
 
 // Always lists what every sandbox gets whatever its effects.
 var Always = []string{
-	"no capabilities, no_new_privs, uid 65534",
+	fmt.Sprintf("the code (every process, the Python REPL included) runs as uid %d, gid %d, with no supplementary groups, no capabilities and no_new_privs", CodeUID, CodeGID),
+	fmt.Sprintf("the code cannot signal, trace or read pid 1 (its memory, /proc files, fds) nor reach the agent's socket: the agent (pid 1 of container sandboxes) runs as uid %d with only %s, no_new_privs and the same seccomp profile, and is non-dumpable; its socket is %s in a directory of uid %d, mode 0700. The local runner's pid 1 is its helper (uid 0). Under gVisor the code can still list and read pid 1's /proc fdinfo (fd numbers, offsets, flags)", AgentUID, agentCapabilityList(), runner.AgentSocketPath, AgentUID),
 	"Docker's default seccomp profile tightened: AF_ALG, AF_VSOCK, AF_PACKET, io_uring, keyctl, bpf, perf_event_open, ptrace, mount, unshare/setns, userfaultfd, kexec and non-native architectures denied",
 	"read-only root filesystem, fresh /tmp, masked /proc paths",
 	"cleared environment, no file descriptors beyond 0-2, no runtime sockets (Docker, containerd, sandboxd's API are unreachable)",
