@@ -82,44 +82,74 @@ func (m *pyMsg) result(res *REPLResult, note func(string)) {
 // fitREPLResult cuts res until its JSON fits replFrameBudget: JSON may
 // take six bytes for one byte of text (control characters) and base64
 // four for three, so output within its limits can still overflow a frame.
-// Artifacts go first, then the longest of the texts is halved.
+// Artifacts go first, then the longest of the texts is halved. Sizes are
+// jsonLen's upper bounds: nothing is encoded to find out.
 func fitREPLResult(res *REPLResult) {
 	bound := 6*(len(res.Stdout)+len(res.Stderr)+len(res.Value)+len(res.Error)) + 1024
 	for _, a := range res.Artifacts {
-		bound += (len(a.Data)+2)/3*4 + 6*(len(a.Name)+len(a.MimeType)) + 64
+		bound += artifactLen(a)
 	}
 	if bound <= replFrameBudget {
-		return // the common case: no encoding needed to know it fits
+		return // the common case
 	}
-	// The note goes on after the cuts; budget for it.
 	const note = "\nsandboxd: artifacts dropped: the result did not fit in one frame\n"
+	texts := []*string{&res.Stdout, &res.Stderr, &res.Value, &res.Error}
+	size := func() int {
+		n := 1024 + jsonLen(note)
+		for _, p := range texts {
+			n += jsonLen(*p)
+		}
+		for _, a := range res.Artifacts {
+			n += artifactLen(a)
+		}
+		return n
+	}
 	dropped := false
-	defer func() {
-		if dropped {
-			res.Stderr += note
-		}
-	}()
-	for range 64 {
-		b, err := json.Marshal(res)
-		if err == nil && len(b)+len(note) <= replFrameBudget {
-			return
-		}
+	for n := size(); n > replFrameBudget; n = size() {
 		if len(res.Artifacts) > 0 {
 			res.Artifacts, dropped = nil, true
 			continue
 		}
-		longest := &res.Stdout
-		for _, p := range []*string{&res.Stderr, &res.Value, &res.Error} {
+		longest := texts[0]
+		for _, p := range texts[1:] {
 			if len(*p) > len(*longest) {
 				longest = p
 			}
 		}
 		*longest = clipMarked(*longest, len(*longest)/2)
 	}
-	// Not reached for any input (each round halves the longest text); a
-	// last resort that surely fits.
-	dropped = false
-	*res = REPLResult{Error: "sandboxd: the result did not fit in one frame", Duration: res.Duration, Restarted: res.Restarted, TimedOut: res.TimedOut}
+	if dropped {
+		res.Stderr += note
+	}
+}
+
+// jsonLen is at least the length of s encoded as a JSON string by
+// encoding/json (quotes included): six bytes for a control character,
+// an HTML-sensitive character, U+2028/U+2029 or an invalid byte, two for
+// an escaped quote, backslash or \n, \r, \t, else the character's bytes.
+func jsonLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1, r == '\u2028', r == '\u2029', r == '<', r == '>', r == '&':
+			n += 6
+		case r == '"', r == '\\', r == '\n', r == '\r', r == '\t':
+			n += 2
+		case r < 0x20:
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
+// artifactLen bounds an artifact's JSON: base64 data, escaped name and
+// type, field names.
+func artifactLen(a Artifact) int {
+	return (len(a.Data)+2)/3*4 + jsonLen(a.Name) + jsonLen(a.MimeType) + 64
 }
 
 // clipMarked keeps at most max bytes of s, cut at a character boundary,

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +25,8 @@ func TestFitREPLResult(t *testing.T) {
 	ctl := strings.Repeat("\x01", MaxOutputLimit)
 	res := REPLResult{Stdout: ctl, Stderr: ctl, Value: ctl[:maxREPLText], Error: ctl[:maxREPLText],
 		Artifacts: []Artifact{{Name: "a.png", MimeType: "image/png", Data: bytes.Repeat([]byte{1}, maxArtifactBytes)}}}
-	if _, err := encodeFrame(&frame{ID: 1, Type: typeResult, REPLResult: &res}); !errors.Is(err, ErrFrameTooLarge) {
-		t.Fatalf("the test's result should not fit unaided: %v", err)
+	if n := jsonLen(res.Stdout); n <= MaxFrameSize { // exact for control characters
+		t.Fatalf("the test's stdout alone should not fit a frame: %d bytes of JSON", n)
 	}
 	fitREPLResult(&res)
 	if _, err := encodeFrame(&frame{ID: 1, Type: typeResult, REPLResult: &res}); err != nil {
@@ -150,6 +149,22 @@ func FuzzREPLMessages(f *testing.F) {
 					t.Fatalf("result does not decode: %v", err)
 				}
 			}
+		}
+	})
+}
+
+// FuzzJSONLen: jsonLen never undercounts what encoding/json writes.
+func FuzzJSONLen(f *testing.F) {
+	for _, s := range []string{"", "plain", "\x01\n\t\"\\<>&", "\u2028\u2029", "\xff\xfe", "日本語"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := jsonLen(s); n < len(b) {
+			t.Fatalf("jsonLen(%q) = %d, encoding/json writes %d bytes", s, n, len(b))
 		}
 	})
 }

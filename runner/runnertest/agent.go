@@ -307,6 +307,8 @@ func (s *suite) checkCodeStatus(t *testing.T, who, status string) {
 			fields[k] = strings.Join(strings.Fields(v), " ")
 		}
 	}
+	t.Logf("%s: Uid %q Gid %q Groups %q CapInh %s CapPrm %s CapEff %s CapBnd %s CapAmb %s NoNewPrivs %s Seccomp %s", who,
+		fields["Uid"], fields["Gid"], fields["Groups"], fields["CapInh"], fields["CapPrm"], fields["CapEff"], fields["CapBnd"], fields["CapAmb"], fields["NoNewPrivs"], fields["Seccomp"])
 	uid, gid := strconv.Itoa(policy.CodeUID), strconv.Itoa(policy.CodeGID)
 	if want := strings.Repeat(uid+" ", 3) + uid; fields["Uid"] != want {
 		t.Errorf("%s: Uid %q, want %q", who, fields["Uid"], want)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -50,5 +51,34 @@ func TestCompleteConfig(t *testing.T) {
 		if err := CompleteConfig("containerd", &a, &s, &i); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("CompleteConfig(%q, %q) = %v, want %q", tc.agent, tc.id, err, tc.want)
 		}
+	}
+}
+
+func TestStateDirClosedToTheCode(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := filepath.Join(t.TempDir(), "sb")
+	if err := MakeStateDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifyStateDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifyStateDir(dir); err == nil {
+		t.Fatal("VerifyStateDir accepted mode 0755")
+	}
+}
+
+func TestAgentArgs(t *testing.T) {
+	got := strings.Join(AgentArgs(true), " ")
+	want := "/usr/bin/env -i /run/sandboxd-agent/sandbox-agent --socket /run/sandboxd/agent.sock --root /workspace --uid 65534 --gid 65534 --egress-listen 127.0.0.1:3128 --egress-socket /run/sandboxd/egress.sock"
+	if got != want {
+		t.Errorf("AgentArgs(true) = %s\nwant %s", got, want)
+	}
+	if GVisorNProc(64) != 63 || GVisorNProc(1) != 1 {
+		t.Errorf("GVisorNProc: %d %d", GVisorNProc(64), GVisorNProc(1))
 	}
 }
