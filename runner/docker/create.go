@@ -166,11 +166,12 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		image = r.cfg.Image
 	}
 	cfg := &container.Config{
-		Image: image,
-		// The agent; it runs the code as sandboxUID (hostside.AgentArgs).
-		User:       fmt.Sprintf("%d:%d", hostside.AgentUID, hostside.AgentGID),
-		Hostname:   "sandbox",
-		Entrypoint: hostside.AgentArgs(spec.Network == runner.NetworkEgress),
+		Image:    image,
+		User:     fmt.Sprintf("%d:%d", hostside.AgentUID, hostside.AgentGID), // the agent; it runs the code as sandboxUID
+		Hostname: "sandbox",
+		// env -i: the agent passes its own environment to every process,
+		// and Docker always adds HOSTNAME, HOME and the image's ENV.
+		Entrypoint: entrypoint(spec),
 		Cmd:        nil,
 		WorkingDir: "/",
 		Labels:     labels,
@@ -196,8 +197,8 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		Tmpfs:          map[string]string{"/tmp": tmp},
 		ShmSize:        r.cfg.TmpBytes,
 		ReadonlyRootfs: true,
+		CapAdd:         hostside.AgentCapabilities(), // the agent's; ALL others dropped
 		CapDrop:        []string{"ALL"},
-		CapAdd:         hostside.AgentCapabilities(),
 		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + r.seccompFor(spec)},
 		Init:           &noInit,
 		AutoRemove:     false,

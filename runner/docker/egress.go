@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // NetworkEgress in a container: the network stays "none" (loopback only,
@@ -27,6 +28,13 @@ var egressSeccomp = sync.OnceValues(func() (string, error) {
 	b, err := policy.SeccompProfile(true)
 	return string(b), err
 })
+
+// entrypoint is the agent's command line for spec.
+func entrypoint(spec runner.SandboxSpec) []string {
+	// The agent model's command line: the code as sandboxUID, and with
+	// egress the proxy forwarder.
+	return hostside.AgentArgs(spec.Network == runner.NetworkEgress)
+}
 
 // seccompFor is the seccomp profile (JSON) of spec's container: inet
 // sockets only with NetworkEgress (startEgress, which runs first, has made
