@@ -1,7 +1,6 @@
 package job
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/sandboxd/sandboxd/internal/netclass"
@@ -9,10 +8,6 @@ import (
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
-
-// errNoEgress: a tool needs the http effect but the service has no egress
-// proxy (Config.Egress).
-var errNoEgress = errors.New("the tool needs the http effect but no egress proxy is configured")
 
 // proxyEnv points HTTP clients inside an egress sandbox at its proxy.
 var proxyEnv = []string{

@@ -5,7 +5,6 @@ package job
 
 import (
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
@@ -110,12 +109,3 @@ type Event struct {
 	// Job is the job snapshot for queued/started/finished events.
 	Job *Job `json:"job,omitempty"`
 }
-
-// Errors the API maps to HTTP status codes in one switch.
-var (
-	ErrNotFound  = errors.New("job not found")
-	ErrQueueFull = errors.New("job queue full")
-	ErrInvalid   = errors.New("invalid request")
-	ErrConflict  = errors.New("conflict")
-	ErrShutdown  = errors.New("service shutting down")
-)

@@ -1,7 +1,6 @@
 package job
 
 import (
-	"errors"
 	"slices"
 	"time"
 
@@ -71,22 +70,6 @@ type SessionFilter struct {
 
 // DefaultSessionEffects are a session's effects when the request names none.
 var DefaultSessionEffects = []tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite}
-
-// Errors of sessions, mapped to HTTP statuses by the API's one switch.
-var (
-	// ErrEffectNotAllowed: the tool needs an effect the session lacks.
-	ErrEffectNotAllowed = errors.New("effect not allowed")
-	// ErrSessionLimit: the tenant has too many active sessions, or the
-	// daemon is at its sandbox cap.
-	ErrSessionLimit = errors.New("session limit reached")
-	// ErrSessionClosed: the session is no longer active.
-	ErrSessionClosed = errors.New("session closed")
-	// ErrUnsupported: the runner cannot provide the isolation asked for
-	// (wraps runner.ErrUnsupported's message).
-	ErrUnsupported = errors.New("not supported")
-	// ErrTooLarge: an upload exceeds the configured size.
-	ErrTooLarge = errors.New("too large")
-)
 
 func cloneSession(s *Session) *Session {
 	if s == nil {

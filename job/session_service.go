@@ -14,12 +14,6 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 )
 
-// ErrSessionNotFound is ErrNotFound for sessions (errors.Is matches both).
-var ErrSessionNotFound = fmt.Errorf("session not found: %w", ErrNotFound)
-
-// ErrFileNotFound is ErrNotFound for workspace files.
-var ErrFileNotFound = fmt.Errorf("no such file or directory: %w", ErrNotFound)
-
 // liveSession is the in-memory side of an open session of this process.
 //
 // Ordering: Submit appends a job to order; the job runs only when it is at
@@ -101,8 +95,6 @@ func (ls *liveSession) waitTurn(ctx context.Context, id string, limit time.Durat
 		}
 	}
 }
-
-var errTurnTimeout = errors.New("timed out waiting for the session's earlier jobs")
 
 // busy reports whether a job is queued or running in the session.
 func (ls *liveSession) busy() bool {
