@@ -88,7 +88,7 @@ func TestRequestID(t *testing.T) {
 		t.Fatalf("echoed request id %q", got)
 	}
 	rec = h.do("GET", "/healthz", "", "X-Request-ID: "+strings.Repeat("x", 200))
-	if got := rec.Header().Get("X-Request-ID"); len(got) != 24 {
+	if got := rec.Header().Get("X-Request-ID"); !strings.HasPrefix(got, "req_") || len(got) != 30 {
 		t.Fatalf("generated request id %q", got)
 	}
 	rec = h.do("GET", "/v1/jobs/missing", "", "X-Request-ID: rid-1")

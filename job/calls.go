@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -59,7 +60,7 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 	}
 	now := time.Now().UTC()
 	j := &Job{
-		ID: newID(now), Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
+		ID: ids.At("job_", now), Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
 		IdempotencyKey: key, Runner: runnerName, Limits: limits, SessionID: req.SessionID,
 		State: StateQueued, CreatedAt: now,
 	}

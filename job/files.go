@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/ids"
 )
 
 // Workspace file transfer. Everything runs on the host inside the
@@ -124,7 +126,7 @@ func (s *Service) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 	if err := s.mkdirAll(root, path.Dir(name)); err != nil {
 		return FileInfo{}, err
 	}
-	tmp := path.Join(path.Dir(name), ".sandboxd-upload-"+newPrefixedID("", time.Now()))
+	tmp := path.Join(path.Dir(name), ".sandboxd-upload-"+ids.New(""))
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return FileInfo{}, fmt.Errorf("write %s: %w", name, err)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -91,7 +92,7 @@ func (s *Service) submitRefused(ctx context.Context, j *Job, d policy.Decision) 
 func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, args map[string]any, d policy.Decision) (*Job, bool, error) {
 	j.State = StatePendingApproval
 	a := &Approval{
-		ID: newPrefixedID("apr_", j.CreatedAt), Tenant: j.Tenant, JobID: j.ID, SessionID: j.SessionID,
+		ID: ids.At("apr_", j.CreatedAt), Tenant: j.Tenant, JobID: j.ID, SessionID: j.SessionID,
 		Tool: j.Tool, Arguments: j.Args, Effects: slices.Clone(tool.Effects),
 		Rule: d.Rule, Reason: d.Reason, State: ApprovalPending,
 		CreatedAt: j.CreatedAt, ExpiresAt: j.CreatedAt.Add(s.approvalTimeout(j.Tenant)),

@@ -5,8 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
@@ -164,13 +164,13 @@ func (p *pool) refill(k poolKey) {
 
 func (p *pool) create(k poolKey) {
 	s := p.s
-	id := newPrefixedID("pool_", time.Now())
-	dir := filepath.Join(s.cfg.WorkDir, "pool", id)
+	sbxID := ids.New("pool_")
+	dir := filepath.Join(s.cfg.WorkDir, "pool", sbxID)
 	var sb runner.Sandbox
 	err := os.MkdirAll(dir, 0o755)
 	if err == nil {
 		sb, err = s.r.Create(p.ctx, runner.SandboxSpec{
-			ID: id, Image: k.image, Workspace: dir, WorkspaceMode: k.mode, Network: k.network,
+			ID: sbxID, Image: k.image, Workspace: dir, WorkspaceMode: k.mode, Network: k.network,
 			Limits: k.limits, Labels: map[string]string{"pool": k.imageLabel()},
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -178,7 +179,7 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 	}
 	now := time.Now().UTC()
 	sess := &Session{
-		ID: newPrefixedID("ses_", now), Tenant: tenant, Image: image, Effects: effects, Limits: limits,
+		ID: ids.At("ses_", now), Tenant: tenant, Image: image, Effects: effects, Limits: limits,
 		State: SessionCreating, TTL: ttl, IdleTimeout: idle,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), LastUsedAt: now,
 	}

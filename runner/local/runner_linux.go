@@ -2,8 +2,6 @@ package local
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -165,7 +164,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, err
 	}
 	if spec.ID == "" {
-		spec.ID = newID()
+		spec.ID = ids.Short("sbx-")
 	}
 	if !validName(spec.ID) {
 		return nil, fmt.Errorf("create sandbox: id %q: %w", spec.ID, runner.ErrInvalidSpec)
@@ -289,12 +288,6 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		}()
 	}
 	return s, nil
-}
-
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "sbx-" + hex.EncodeToString(b[:])
 }
 
 func writeOwner(dir string, o owner) error {

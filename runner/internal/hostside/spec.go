@@ -1,13 +1,12 @@
 package hostside
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -37,12 +36,9 @@ func validName(s string, max int, slash bool) bool {
 	return true
 }
 
-// NewID returns a random sandbox ID.
-func NewID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// NewID returns a random sandbox or instance ID: 16 hex digits
+// (ids.Short, kept short for the unix socket paths it becomes part of).
+func NewID() string { return ids.Short("") }
 
 // CheckSpec validates a container sandbox's spec and fills its defaults
 // (an ID, network none, the workspace mode). Errors wrap
