@@ -16,7 +16,7 @@ type ctxKey int
 const (
 	requestIDKey ctxKey = iota
 	loggerKey
-	tenantKey
+	principalKey
 )
 
 // maxRequestIDLen bounds an echoed X-Request-ID.

@@ -109,7 +109,7 @@ func TestSubscribeContextEnds(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, notStarted, func(c *job.Config, _ *harness) { c.QueueSize = 3 })
+	h := newHarness(t, notStarted, func(c *job.Config, _ *harness) { c.Queue.Size = 3 })
 	ctx := t.Context()
 	ids := []string{
 		h.submit(t, "acme", call("echo", `{"text":"a"}`)).ID,
@@ -149,11 +149,11 @@ sandboxd_effects_spent_total{effect="http",tenant="acme",tool="sh"} 1
 # HELP sandboxd_jobs_in_flight Jobs currently running.
 # TYPE sandboxd_jobs_in_flight gauge
 sandboxd_jobs_in_flight 0
-# HELP sandboxd_jobs_total Jobs that reached a terminal state, by tool, runner and outcome (ok, tool_error, timeout, cancelled, error, lost).
+# HELP sandboxd_jobs_total Jobs that reached a terminal state, by tenant, tool, runner and outcome (ok, tool_error, timeout, cancelled, error, lost, refused).
 # TYPE sandboxd_jobs_total counter
-sandboxd_jobs_total{outcome="ok",runner="fake",tool="echo"} 1
-sandboxd_jobs_total{outcome="ok",runner="inprocess",tool="add"} 1
-sandboxd_jobs_total{outcome="tool_error",runner="fake",tool="sh"} 1
+sandboxd_jobs_total{outcome="ok",runner="fake",tenant="acme",tool="echo"} 1
+sandboxd_jobs_total{outcome="ok",runner="inprocess",tenant="globex",tool="add"} 1
+sandboxd_jobs_total{outcome="tool_error",runner="fake",tenant="acme",tool="sh"} 1
 # HELP sandboxd_queue_depth Jobs accepted and waiting for a worker.
 # TYPE sandboxd_queue_depth gauge
 sandboxd_queue_depth 0
@@ -214,7 +214,7 @@ func metricValues(t *testing.T, g prometheus.Gatherer, name string, want map[str
 // included, are replayed from the store.
 func TestSubscribeRetired(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *job.Config, _ *harness) { c.QueueSize = 200 })
+	h := newHarness(t, func(c *job.Config, _ *harness) { c.Queue.Size = 200 })
 	first := h.submit(t, "acme", call("echo", `{"text":"old"}`))
 	h.wait(t, "acme", first.ID)
 	for range 100 {

@@ -79,10 +79,10 @@ func (s *Service) openWorkspace(ctx context.Context, tenant, id string) (*liveSe
 
 // chown gives a file to the sandbox user when the daemon can (root).
 func (s *Service) chown(root *os.Root, name string) {
-	if os.Geteuid() != 0 || s.cfg.Sessions.FileUID < 0 {
+	if os.Geteuid() != 0 || s.cfg.FileUID < 0 {
 		return
 	}
-	if err := root.Lchown(name, s.cfg.Sessions.FileUID, s.cfg.Sessions.FileGID); err != nil {
+	if err := root.Lchown(name, s.cfg.FileUID, s.cfg.FileGID); err != nil {
 		s.log.Warn("chown uploaded file", "name", name, "err", err)
 	}
 }

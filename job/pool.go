@@ -65,7 +65,7 @@ type pool struct {
 func newPool(s *Service) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &pool{
-		s: s, size: s.cfg.Pool.Size,
+		s: s, size: s.cfg.Pool.Ready(),
 		keys: map[poolKey]bool{}, ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
 		ctx: ctx, cancel: cancel,
 	}

@@ -188,13 +188,13 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 	if err := s.reserveSession(ls); err != nil {
 		return nil, err
 	}
-	s.m.sessionsActive.Inc()
+	s.m.sessionsActive.WithLabelValues(tenant).Inc()
 	fail := func(err error) (*Session, error) {
 		s.smu.Lock()
 		delete(s.sessions, sess.ID)
 		s.smu.Unlock()
 		s.alive.Add(-1)
-		s.m.sessionsActive.Dec()
+		s.m.sessionsActive.WithLabelValues(tenant).Dec()
 		return nil, err
 	}
 	if err := s.st.CreateSession(ctx, sess); err != nil {
@@ -382,7 +382,7 @@ func (s *Service) closeSession(ls *liveSession, reason string) *Session {
 	if err := os.RemoveAll(ls.dir); err != nil {
 		s.log.Error("remove session workspace", "session", snap.ID, "dir", ls.dir, "err", err)
 	}
-	s.m.sessionsActive.Dec()
+	s.m.sessionsActive.WithLabelValues(snap.Tenant).Dec()
 	s.m.sessionsClosed.WithLabelValues(reason).Inc()
 	s.log.Info("session closed", "session", snap.ID, "tenant", snap.Tenant, "reason", reason)
 	s.pool.refillAll() // the cap may have room for the pool again

@@ -163,17 +163,19 @@ type SandboxSpec struct {
 const WorkspaceDir = "/workspace"
 
 // Limits are resource ceilings for a sandbox. Zero means the runner default.
+// The yaml and doc tags make the daemon's limits.defaults.* and
+// limits.ceilings.* keys (package config; its built-in values live there).
 type Limits struct {
-	MemoryBytes int64 `json:"memory_bytes,omitempty"`
-	PIDs        int64 `json:"pids,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty" yaml:"memory_bytes" doc:"memory (and memory+swap) of the sandbox"`
+	PIDs        int64 `json:"pids,omitempty" yaml:"pids" doc:"processes and threads"`
 	// CPUMillis is CPU bandwidth in thousandths of a core.
-	CPUMillis int64 `json:"cpu_millis,omitempty"`
+	CPUMillis int64 `json:"cpu_millis,omitempty" yaml:"cpu_millis" doc:"CPU bandwidth in thousandths of a core"`
 	// Timeout is the default wall-clock limit of one Exec.
-	Timeout time.Duration `json:"timeout,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty" yaml:"timeout" doc:"wall-clock time of a call (a tool's timeout_seconds asks for it too)"`
 	// OutputBytes caps each of stdout and stderr (head and tail kept).
-	OutputBytes int64 `json:"output_bytes,omitempty"`
-	NoFile      int64 `json:"nofile,omitempty"`
-	FileSize    int64 `json:"file_size_bytes,omitempty"`
+	OutputBytes int64 `json:"output_bytes,omitempty" yaml:"output_bytes" doc:"each of stdout and stderr (head and tail kept)"`
+	NoFile      int64 `json:"nofile,omitempty" yaml:"nofile" doc:"open files"`
+	FileSize    int64 `json:"file_size_bytes,omitempty" yaml:"file_size_bytes" doc:"size of one file written"`
 }
 
 // Process is one command to run inside a sandbox.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/containerd"
 	"github.com/sandboxd/sandboxd/runner/docker"
@@ -16,7 +17,7 @@ import (
 
 // newRunner creates the configured sandbox backend. closeRunner releases
 // it; call it after the job service has shut down.
-func newRunner(ctx context.Context, cfg *Config, defaults runner.Limits, log *slog.Logger) (r runner.Runner, closeRunner func(), err error) {
+func newRunner(ctx context.Context, cfg *config.Config, defaults runner.Limits, log *slog.Logger) (r runner.Runner, closeRunner func(), err error) {
 	switch cfg.Runner.Name {
 	case "docker":
 		d := cfg.Runner.Docker
