@@ -132,7 +132,7 @@ func TestGuardThroughAPI(t *testing.T) {
 	}
 
 	// The decisions are metrics (the guard's own counters, exported).
-	_, metrics := s.do("GET", "/metrics", "", nil, nil)
+	metrics := s.getMetrics()
 	for _, want := range []string{
 		`sandboxd_guard_decisions_total{outcome="deny",rule="rules[0]",tenant="acme"} 1`,
 		`sandboxd_guard_decisions_total{outcome="confirm",rule="rules[1]",tenant="acme"} 1`,
@@ -167,7 +167,7 @@ func TestGuardBadPolicy(t *testing.T) {
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(binPath, "serve", "--config", cfg, "--addr", freeAddr(t), "--data-dir", t.TempDir())
+		cmd := exec.Command(binPath, "serve", "--config", cfg, "--addr", freeAddr(t), "--metrics-addr", freeAddr(t), "--data-dir", t.TempDir())
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			t.Fatalf("policy %q: sandboxd started", tc.policy)

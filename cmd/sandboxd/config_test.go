@@ -426,3 +426,18 @@ func TestOperatorKeysAndMetricsAddr(t *testing.T) {
 		}
 	}
 }
+
+// The compose deployment's configuration loads with the real loader.
+func TestDeployConfig(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig(serveFlags{Config: "../../deploy/sandboxd.yaml"}, envMap(map[string]string{
+		"SANDBOXD_API_KEYS": "k:default", "SANDBOXD_DATA_DIR": "/var/lib/sandboxd-compose",
+		"SANDBOXD_AGENT_PATH": "/var/lib/sandboxd-compose/bin/sandbox-agent",
+	}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsAddr != "0.0.0.0:9464" || cfg.Runner.Name != "docker" {
+		t.Fatalf("metrics_addr %q, runner %q", cfg.MetricsAddr, cfg.Runner.Name)
+	}
+}
