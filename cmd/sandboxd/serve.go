@@ -54,7 +54,12 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := builtin.Register(reg, builtin.Options{DefaultExecTimeout: lim.Defaults.Timeout, MaxExecTimeout: lim.Ceilings.Timeout}); err != nil {
 		return err
 	}
-	r, closeRunner, err := newRunner(ctx, cfg, lim.Defaults, log.With("component", "runner"))
+	// The job service resolves every limit of every sandbox it asks for
+	// (config.Limits.Resolve: up to the ceilings). The runners' own Config.
+	// Defaults fill zero fields and, on the container runners, clip larger
+	// ones: they get the ceilings, else a request above a default (and
+	// below its ceiling) would be clipped to the default.
+	r, closeRunner, err := newRunner(ctx, cfg, lim.Ceilings, log.With("component", "runner"))
 	if err != nil {
 		return err
 	}
