@@ -69,8 +69,10 @@ type SubmitRequest struct {
 	// object (tools.ParseCall repairs and validates it).
 	Call           tools.Call
 	IdempotencyKey string
-	// Limits may only lower the operator's ceilings; a value above a
-	// ceiling is an error (ErrInvalid).
+	// Limits may ask for any value up to the operator's ceilings (zero
+	// fields take the defaults); a value above a ceiling is an error
+	// (ErrInvalid) naming it. A tool's own timeout argument asks for
+	// Limits.Timeout the same way.
 	Limits runner.Limits
 	// SessionID, when set, runs the call in that session's sandbox.
 	SessionID string

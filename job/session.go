@@ -49,7 +49,8 @@ type Session struct {
 }
 
 // SessionRequest asks for a session. Zero fields take the service's
-// session defaults; Limits may only lower the ceilings, like a job's.
+// session defaults; Limits may ask for anything up to the ceilings, like a
+// job's (config.Limits.Resolve).
 type SessionRequest struct {
 	// Image is "" for the runner's default, or one of the images the
 	// operator allows the tenant (Config.Images); stored in the runner's

@@ -16,7 +16,8 @@ import (
 )
 
 // Options are operator limits. Zero fields take the defaults listed; a
-// request may lower a limit through its own arguments, never raise it.
+// request may lower a limit through its own arguments, never raise it
+// (the exec timeout excepted: see DefaultExecTimeout).
 type Options struct {
 	// MaxReadBytes caps the text read_file returns and the size of a file
 	// str_replace edits. Default 1 MiB.
