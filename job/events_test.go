@@ -139,6 +139,10 @@ sandboxd_queue_rejected_total 1
 		}
 		h.wait(t, tenant, id)
 	}
+	// A job's result does not wait for its sandbox to be destroyed.
+	eventually(t, "the sandboxes destroyed", func() bool {
+		return testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_sandboxes_alive")) == 0
+	})
 	if err := testutil.GatherAndCompare(h.prom, strings.NewReader(`
 # HELP sandboxd_effects_spent_total Effects spent by tool calls that ran, by tenant, tool and effect.
 # TYPE sandboxd_effects_spent_total counter
