@@ -138,7 +138,7 @@ func TestGuardThroughAPI(t *testing.T) {
 		`sandboxd_guard_decisions_total{outcome="confirm",rule="rules[1]",tenant="acme"} 1`,
 		`sandboxd_guard_budget_remaining{effect="exec",rule="budgets[0]",scope="tenant",tenant="acme"} 0`,
 		`sandboxd_approvals_pending{tenant="acme"} 0`,
-		`sandboxd_jobs_total{outcome="refused",runner="local",tool="python_repl"} 1`,
+		`sandboxd_jobs_total{outcome="refused",runner="local",tenant="acme",tool="python_repl"} 1`,
 	} {
 		if !bytes.Contains(metrics, []byte(want)) {
 			t.Errorf("/metrics lacks %s", want)
