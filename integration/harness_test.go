@@ -59,12 +59,12 @@ type server struct {
 	// served there, not by the API.
 	MetricsURL string
 	DataDir    string
-	Args    []string // more serve flags
-	Config  string
-	cmd     *exec.Cmd
-	log     *bytes.Buffer
-	addr    string
-	metrics string
+	Args       []string // more serve flags
+	Config     string
+	cmd        *exec.Cmd
+	log        *bytes.Buffer
+	addr       string
+	metrics    string
 }
 
 func freeAddr(t testing.TB) string {
@@ -100,6 +100,9 @@ func startServerArgs(t testing.TB, config string, args ...string) *server {
 
 func (s *server) start() {
 	s.t.Helper()
+	if s.metrics == "" {
+		s.metrics = freeAddr(s.t)
+	}
 	args := []string{"serve", "--addr", s.addr, "--metrics-addr", s.metrics, "--data-dir", s.DataDir}
 	if s.Config != "" {
 		args = append(args, "--config", s.Config)
