@@ -129,3 +129,24 @@ func TestClosest(t *testing.T) {
 		}
 	}
 }
+
+// Decode never panics, and what it accepts validates or is refused with an
+// error (the config file is the operator's, but a typo must not crash).
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		"addr: 127.0.0.1:1\n", "queue: {size: 1, wokers: 2}\n", "tenants: &x [*x]\n",
+		"limits: {defaults: {timeout: 0}}\n", "tenants: [{name: a, api_keys: [k], policy: {rules: [{tool: x, action: deny}]}}]\n",
+		"pool: {size: -1}\nretention: {max_age: 1h}\n", "sessions: [1]\n", "- 1\n", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c := Defaults()
+		if err := Decode([]byte(s), &c); err != nil {
+			return
+		}
+		_ = c.Complete(func(string) string { return "/home/u" }, 1000)
+		_ = c.Validate()
+		_ = c.Limits.Effective()
+	})
+}
