@@ -17,12 +17,13 @@ var proxyEnv = []string{
 	"https_proxy=http://" + runner.EgressProxyAddr,
 }
 
-// specFor compiles effects into a sandbox spec (policy.Compile: the effect
-// → isolation table). record receives the egress decisions of a sandbox
-// with the http effect.
+// specFor compiles effects into a sandbox spec: policy.Compile (the effect
+// → isolation table) decides all of its isolation, which the runner
+// applies as given. record receives the egress decisions of a sandbox with
+// the http effect.
 func (s *Service) specFor(id, tenant, session string, effects []tools.Effect, record func(EgressRecord)) (runner.SandboxSpec, error) {
-	iso := policy.Compile(effects)
-	spec := runner.SandboxSpec{ID: id, WorkspaceMode: iso.Workspace, Network: iso.Network}
+	iso := policy.Compile(effects).Spec
+	spec := runner.SandboxSpec{ID: id, Isolation: iso}
 	if iso.Network == runner.NetworkEgress {
 		if s.cfg.Egress == nil {
 			return spec, errNoEgress

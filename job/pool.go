@@ -14,16 +14,16 @@ import (
 
 // poolKey is the isolation profile a pooled sandbox was created for. Only
 // a job whose spec has the same key may take it. The runner is implicit (a
-// Service has one).
+// Service has one). iso is policy.Compile's shared value: equal pointers,
+// equal isolation.
 type poolKey struct {
-	image   string
-	mode    runner.WorkspaceMode
-	network runner.NetworkMode
-	limits  runner.Limits
+	image  string
+	iso    *runner.Isolation
+	limits runner.Limits
 }
 
 func keyOf(spec runner.SandboxSpec) poolKey {
-	return poolKey{image: spec.Image, mode: spec.WorkspaceMode, network: spec.Network, limits: spec.Limits}
+	return poolKey{image: spec.Image, iso: spec.Isolation, limits: spec.Limits}
 }
 
 // imageLabel is the pool_ready label: the image only, to keep cardinality
@@ -89,7 +89,7 @@ func (p *pool) start() {
 		if t.Command == nil || t.HasEffect(tools.EffectHTTP) {
 			continue
 		}
-		k := poolKey{mode: policy.Compile(t.Effects).Workspace, network: runner.NetworkNone, limits: limits}
+		k := poolKey{iso: policy.Compile(t.Effects).Spec, limits: limits}
 		if !p.keys[k] {
 			p.keys[k] = true
 			keys = append(keys, k)
@@ -170,7 +170,7 @@ func (p *pool) create(k poolKey) {
 	err := os.MkdirAll(dir, 0o755)
 	if err == nil {
 		sb, err = s.r.Create(p.ctx, runner.SandboxSpec{
-			ID: sbxID, Image: k.image, Workspace: dir, WorkspaceMode: k.mode, Network: k.network,
+			ID: sbxID, Image: k.image, Workspace: dir, Isolation: k.iso,
 			Limits: k.limits, Labels: map[string]string{"pool": k.imageLabel()},
 		})
 	}

@@ -118,7 +118,10 @@ func TestSandboxSpec(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no sandbox created", tt.req.Call.Name)
 		}
-		if spec.WorkspaceMode != tt.ws || spec.Network != tt.network || spec.Limits != tt.limits ||
+		if iso := spec.Isolation; iso == nil || iso.Seccomp == nil {
+			t.Fatalf("%s: spec without a compiled isolation: %+v", tt.req.Call.Name, spec)
+		}
+		if spec.Isolation.Workspace != tt.ws || spec.Isolation.Network != tt.network || spec.Limits != tt.limits ||
 			spec.Labels["job"] != j.ID || spec.Labels["tenant"] != "acme" || spec.Workspace == "" {
 			t.Errorf("%s: spec %+v, want workspace %s network %s limits %+v", tt.req.Call.Name, spec, tt.ws, tt.network, tt.limits)
 		}

@@ -2,50 +2,11 @@ package policy
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
-
-// Isolation is what a sandbox for one tool gets, compiled from the tool's
-// effect tags. Every runner honours it or refuses the sandbox (a runner never
-// weakens it); the settings that hold for every sandbox whatever the effects
-// are listed in Always.
-type Isolation struct {
-	// Sandbox is false for tools without the exec effect: they run
-	// in-process and no sandbox is created.
-	Sandbox   bool
-	Workspace runner.WorkspaceMode
-	Network   runner.NetworkMode
-	// AllowInet says whether the seccomp profile lets the sandbox create
-	// AF_INET/AF_INET6 sockets (only to reach the egress proxy: the
-	// sandbox has no route out).
-	AllowInet bool
-}
-
-// Compile maps a tool's effects to its sandbox's isolation. It is the code
-// form of Table.
-func Compile(effects []tools.Effect) Isolation {
-	has := func(e tools.Effect) bool { return slices.Contains(effects, e) }
-	iso := Isolation{
-		Sandbox:   has(tools.EffectExec),
-		Workspace: runner.WorkspaceNone,
-		Network:   runner.NetworkNone,
-	}
-	switch {
-	case has(tools.EffectFileWrite):
-		iso.Workspace = runner.WorkspaceReadWrite
-	case has(tools.EffectFileRead):
-		iso.Workspace = runner.WorkspaceReadOnly
-	}
-	if has(tools.EffectHTTP) {
-		iso.Network = runner.NetworkEgress
-		iso.AllowInet = true
-	}
-	return iso
-}
 
 // Row is one line of the effect → isolation table.
 type Row struct {

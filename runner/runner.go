@@ -99,7 +99,8 @@ const (
 	WorkspaceReadWrite WorkspaceMode = "rw"
 )
 
-// NetworkMode says what network a sandbox gets.
+// NetworkMode says what network a sandbox gets. The seccomp profile of
+// Isolation goes with it: inet sockets only with NetworkEgress.
 type NetworkMode string
 
 const (
@@ -148,12 +149,14 @@ type SandboxSpec struct {
 	// an image reference for container runners. Empty means the backend's
 	// default.
 	Image string
-	// Workspace is a host directory shown at /workspace (WorkspaceDir).
-	Workspace     string
-	WorkspaceMode WorkspaceMode
-	Network       NetworkMode
-	// Egress is required when Network is NetworkEgress and ignored
-	// otherwise.
+	// Workspace is a host directory shown at /workspace (WorkspaceDir)
+	// as Isolation.Workspace says.
+	Workspace string
+	// Isolation is required: the sandbox's isolation as policy.Compile
+	// decided it. A spec without it is refused (ErrInvalidSpec).
+	Isolation *Isolation
+	// Egress is required when Isolation.Network is NetworkEgress and
+	// ignored otherwise.
 	Egress Egress
 	Limits Limits
 	Labels map[string]string

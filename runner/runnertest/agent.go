@@ -433,7 +433,7 @@ attempt("setuid-root programs", suid)
 // caller (write_file) belong to the code's uid and gid.
 func (s *suite) testAgentFilesOwned(t *testing.T) {
 	ws := workspace(t)
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	as, ok := sb.(runner.AgentSandbox)
 	s.need(t, ok, "an agent with file operations")
 	if err := as.Agent().WriteFile(t.Context(), "deep/er/f.txt", []byte("x"), 0o640); err != nil {
