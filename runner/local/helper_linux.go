@@ -41,8 +41,9 @@ type helperConfig struct {
 	GID         int      `json:"gid"`
 	NoFile      uint64   `json:"nofile"`
 	FileSize    uint64   `json:"fsize"`
-	// Seccomp is the assembled filter; empty: none (AllowWeak).
-	Seccomp []unix.SockFilter `json:"seccomp,omitempty"`
+	// Seccomp is the compiled filter (struct sock_filter array); empty:
+	// none (AllowWeak).
+	Seccomp []byte `json:"seccomp,omitempty"`
 	// Masked and ReadOnly are the isolation's masked and read-only paths
 	// (buildProc).
 	Masked       []string `json:"masked,omitempty"`

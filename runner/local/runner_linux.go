@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -198,7 +196,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		r.cfg.Logger.Warn("local runner: creating a sandbox with weakened isolation (AllowWeak)",
 			"sandbox", spec.ID, "missing", strings.Join(r.missing, ", "))
 	}
-	var filter []unix.SockFilter
+	var filter []byte
 	if r.caps.Seccomp {
 		f, err := compileSeccomp(iso.Seccomp)
 		if err != nil {

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/iox"
 )
@@ -39,7 +37,7 @@ type Sandbox struct {
 	egress   *fanIn  // NetworkEgress: every Exec's proxy connections, served by spec.Egress
 	// seccomp is the isolation's profile compiled to BPF; nil without
 	// seccomp (AllowWeak).
-	seccomp []unix.SockFilter
+	seccomp []byte
 
 	mu       sync.Mutex
 	closed   bool

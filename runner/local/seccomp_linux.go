@@ -1,9 +1,11 @@
 package local
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -33,8 +35,17 @@ func seccompSupported() error {
 	return nil
 }
 
-// compileSeccomp compiles p for this architecture.
-func compileSeccomp(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
+// compiled memoizes compileSeccomp: profiles are shared, immutable values
+// (policy.Compile's), a handful of distinct ones.
+var compiled sync.Map // *specs.LinuxSeccomp → []byte
+
+// compileSeccomp compiles p for this architecture into the kernel's struct
+// sock_filter array, as bytes (the helper gets them in its config: a JSON
+// array of structs would cost a millisecond per Exec).
+func compileSeccomp(p *specs.LinuxSeccomp) ([]byte, error) {
+	if b, ok := compiled.Load(p); ok {
+		return b.([]byte), nil
+	}
 	arch, err := seccompbpf.LookupArch(runtime.GOARCH)
 	if err != nil {
 		return nil, err
@@ -43,19 +54,33 @@ func compileSeccomp(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		out[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	out := make([]byte, 0, len(raw)*sockFilterSize)
+	for _, r := range raw {
+		out = binary.NativeEndian.AppendUint16(out, r.Op)
+		out = append(out, r.Jt, r.Jf)
+		out = binary.NativeEndian.AppendUint32(out, r.K)
 	}
+	compiled.Store(p, out)
 	return out, nil
 }
 
-// loadSeccomp installs the filter (compiled once by the parent) on every
-// thread of the helper (TSYNC); the forked command inherits it.
-// no_new_privs must already be set.
-func loadSeccomp(filter []unix.SockFilter) error {
-	if len(filter) == 0 {
-		return errors.New("empty filter")
+// sockFilterSize is sizeof(struct sock_filter).
+const sockFilterSize = int(unsafe.Sizeof(unix.SockFilter{}))
+
+// loadSeccomp installs the filter (compileSeccomp's bytes) on every thread
+// of the helper (TSYNC); the forked command inherits it. no_new_privs must
+// already be set.
+func loadSeccomp(b []byte) error {
+	if len(b) == 0 || len(b)%sockFilterSize != 0 {
+		return fmt.Errorf("filter of %d bytes", len(b))
+	}
+	filter := make([]unix.SockFilter, len(b)/sockFilterSize)
+	for i := range filter {
+		r := b[i*sockFilterSize:]
+		filter[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(r), Jt: r[2], Jf: r[3], K: binary.NativeEndian.Uint32(r[4:])}
+	}
+	if len(filter) > 0xffff {
+		return errors.New("filter too long")
 	}
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
