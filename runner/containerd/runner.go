@@ -7,9 +7,8 @@
 // /tmp and /dev/shm, the workspace bound at /workspace (or not at all), no
 // capabilities, no_new_privs, the seccomp profile and masked paths the
 // spec's isolation carries (policy.Compile decides them), uid 65534, cgroup
-// limits, and a network namespace with only
-// loopback (created and brought up by the runner, since the sandbox user
-// cannot). The agent binary is bind-mounted read-only from the host and
+// limits, and a network namespace with only loopback (created and brought
+// up by the runner, since the sandbox user cannot). The agent binary is bind-mounted read-only from the host and
 // talks to sandboxd over a unix socket in a per-sandbox host directory
 // (StateDir/<instance>/<id>/run, mounted at /run/sandboxd). Its stdout and
 // stderr go to a log file beside it, read only for error messages: every

@@ -45,7 +45,7 @@ type helperConfig struct {
 	// none (AllowWeak).
 	Seccomp []byte `json:"seccomp,omitempty"`
 	// Masked and ReadOnly are the isolation's masked and read-only paths
-	// (buildProc).
+	// (maskPaths).
 	Masked       []string `json:"masked,omitempty"`
 	ReadOnly     []string `json:"read_only,omitempty"`
 	Landlock     bool     `json:"landlock"`

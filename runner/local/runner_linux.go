@@ -206,13 +206,13 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	}
 	limits := mergeLimits(spec.Limits, r.cfg.Defaults)
 	s := &Sandbox{
-		seccomp:  filter,
 		r:        r,
 		spec:     spec,
 		limits:   limits,
 		rootfs:   rootfs,
 		stateDir: filepath.Join(r.cfg.StateDir, spec.ID),
 		closing:  make(chan struct{}),
+		seccomp:  filter,
 	}
 	r.mu.Lock()
 	if _, dup := r.live[spec.ID]; dup {
