@@ -38,8 +38,8 @@ def pair(name, fn, low, want):
     print("PAIR", name, " ".join(answers), "WANT", want)
 `
 
-// answers parses the PAIR lines: each pair's answers must all equal the
-// first one, and the first must be what WANT says.
+// checkPairs reads the PAIR lines: each pair's answers must all equal the
+// first (the plain value's), and that must be what WANT says.
 func checkPairs(t *testing.T, out string, wantPairs int) {
 	t.Helper()
 	n := 0
