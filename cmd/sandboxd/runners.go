@@ -24,6 +24,7 @@ func newRunner(ctx context.Context, cfg *config.Config, defaults runner.Limits, 
 		d := cfg.Runner.Docker
 		dr, err := docker.New(ctx, docker.Config{
 			Host: d.Host, Image: d.Image, AgentPath: d.AgentPath, Runtime: d.Runtime,
+			StateDir: filepath.Join(cfg.DataDir, "docker"),
 			Defaults: defaults,
 			Logger:   log,
 		})
@@ -42,6 +43,7 @@ func newRunner(ctx context.Context, cfg *config.Config, defaults runner.Limits, 
 		cr, err := containerd.New(ctx, containerd.Config{
 			Address: strings.TrimPrefix(c.Address, "unix://"), Namespace: c.Namespace, Image: c.Image,
 			AgentPath: c.AgentPath, Runtime: c.Runtime,
+			StateDir: filepath.Join(cfg.DataDir, "containerd"),
 			Defaults: defaults,
 			Logger:   log,
 		})

@@ -278,7 +278,7 @@ func TestDaemonUnavailable(t *testing.T) {
 	ln.Close()
 	for _, addr := range []string{filepath.Join(t.TempDir(), "dead.sock"), stale} {
 		start := time.Now()
-		_, err := New(t.Context(), Config{Address: addr, AgentPath: agentPath, StateDir: t.TempDir()})
+		_, err := New(t.Context(), Config{Address: addr, AgentPath: agentPath, StateDir: shortTempDir(t)})
 		if !errors.Is(err, runner.ErrUnavailable) {
 			t.Fatalf("New with %s: %v, want ErrUnavailable", addr, err)
 		}
@@ -373,7 +373,7 @@ func TestReap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.forget(sb.ID())
+	r.host.Forget(sb.ID())
 	n, err := r.Reap(ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("Reap = %d, %v; want 2", n, err)

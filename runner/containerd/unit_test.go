@@ -29,7 +29,7 @@ func TestBuildSpec(t *testing.T) {
 		{runner.WorkspaceReadWrite, runner.NetworkEgress, "rw", true},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
-			l := builtinDefaults
+			l := hostside.DefaultLimits
 			s := buildSpec(specInput{
 				ID: "sb1", Namespace: "ns", Spec: runner.SandboxSpec{Workspace: "/w", Isolation: runnertest.Isolation(tc.mode, tc.net)},
 				Limits: l, AgentPath: "/opt/agent", RunDir: "/state/sb1/run", NetnsPath: "/state/sb1/netns", TmpBytes: 1 << 20,
@@ -116,8 +116,8 @@ func TestBuildSpec(t *testing.T) {
 
 func TestMergeLimits(t *testing.T) {
 	t.Parallel()
-	got := hostside.MergeLimits(runner.Limits{MemoryBytes: 1 << 40, PIDs: 10}, builtinDefaults)
-	if got.MemoryBytes != builtinDefaults.MemoryBytes || got.PIDs != 10 || got.Timeout != time.Minute {
+	got := hostside.MergeLimits(runner.Limits{MemoryBytes: 1 << 40, PIDs: 10}, hostside.DefaultLimits)
+	if got.MemoryBytes != hostside.DefaultLimits.MemoryBytes || got.PIDs != 10 || got.Timeout != time.Minute {
 		t.Errorf("mergeLimits = %+v", got)
 	}
 }
@@ -187,29 +187,6 @@ func TestNetns(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("netns pin still there: %v", err)
-	}
-}
-
-func TestOrphan(t *testing.T) {
-	t.Parallel()
-	r := &Runner{cfg: Config{InstanceID: "me"}, live: map[string]*Sandbox{"held": nil}, started: time.Now()}
-	old, recent := time.Now().Add(-time.Hour), time.Now()
-	for _, tc := range []struct {
-		name    string
-		labels  map[string]string
-		created time.Time
-		want    bool
-	}{
-		{"ours, held", map[string]string{LabelOwner: "me", LabelSandbox: "held"}, old, false},
-		{"ours, not held", map[string]string{LabelOwner: "me", LabelSandbox: "gone"}, recent, true},
-		{"other, live owner", map[string]string{LabelOwner: "x", hostside.LabelOwnerProc: hostside.SelfProc()}, old, false},
-		{"other, dead owner, recent", map[string]string{LabelOwner: "x", hostside.LabelOwnerProc: "999999999:1"}, recent, true},
-		{"other, unknown owner, old", map[string]string{LabelOwner: "x"}, old, true},
-		{"other, unknown owner, recent", map[string]string{LabelOwner: "x"}, recent, false},
-	} {
-		if got := r.orphan(tc.labels, tc.created); got != tc.want {
-			t.Errorf("%s: orphan = %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }
 

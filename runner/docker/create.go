@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -33,30 +31,19 @@ const (
 // waits until the agent inside answers. On any failure nothing is left
 // behind.
 func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.Sandbox, err error) {
-	if err := ctx.Err(); err != nil {
+	if !r.caps.Seccomp || !r.caps.Cgroups {
+		return nil, fmt.Errorf("create sandbox: daemon at %s lacks seccomp or cgroup limits: %w", r.cfg.Host, runner.ErrUnsupported)
+	}
+	// The ID stays reserved until Close, so the reconcile loop leaves the
+	// half-made sandbox alone.
+	limits, err := r.host.Reserve(ctx, &spec, r.cfg.Defaults)
+	if err != nil {
 		return nil, err
 	}
-	if err := r.checkSpec(&spec); err != nil {
-		return nil, err
-	}
-	limits := hostside.MergeLimits(spec.Limits, r.cfg.Defaults)
-
-	// Reserve the ID so the reconcile loop leaves the half-made sandbox alone.
-	r.mu.Lock()
-	if _, dup := r.live[spec.ID]; dup {
-		r.mu.Unlock()
-		return nil, fmt.Errorf("create sandbox: id %q already in use: %w", spec.ID, runner.ErrInvalidSpec)
-	}
-	r.live[spec.ID] = nil
-	r.mu.Unlock()
-
-	s := &Sandbox{r: r, id: spec.ID, spec: spec, limits: limits, stateDir: filepath.Join(r.stateRoot(), spec.ID)}
+	s := &Sandbox{r: r, id: spec.ID, spec: spec, limits: limits, stateDir: r.host.State.Sandbox(spec.ID)}
 	defer func() {
 		if err != nil {
-			if cerr := s.destroy(ctx); cerr != nil {
-				r.cfg.Logger.Warn("docker runner: cleanup after failed create", "sandbox", spec.ID, "err", cerr)
-			}
-			r.forget(spec.ID)
+			r.host.Abort(ctx, spec.ID, s.destroy)
 		}
 	}()
 
@@ -74,14 +61,11 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	// The sandbox user must be able to write a read-write workspace.
-	owner, err := hostside.WorkspaceOwner(spec)
+	owner, err := hostside.MarkWorkspace(spec, cfg.Labels)
 	if err != nil {
-		return nil, fmt.Errorf("create sandbox: workspace: %w", err)
+		return nil, err
 	}
-	if owner != "" {
-		cfg.Labels[hostside.LabelWorkspace], cfg.Labels[hostside.LabelWorkspaceOwner] = spec.Workspace, owner
-		s.labels = cfg.Labels
-	}
+	s.labels = cfg.Labels
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
 	resp, err := r.api.ContainerCreate(cctx, cfg, hc, nil, nil, "sandboxd-"+spec.ID)
@@ -92,10 +76,8 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, hostside.CtxOr(ctx, r.wrap("create container", err))
 	}
 	s.containerID = resp.ID
-	if owner != "" {
-		if err := os.Chown(spec.Workspace, sandboxUID, sandboxUID); err != nil {
-			return nil, fmt.Errorf("create sandbox: make workspace writable: %w", err)
-		}
+	if err := hostside.ChownWorkspace(spec, owner); err != nil {
+		return nil, err
 	}
 	if err := r.api.ContainerStart(cctx, resp.ID, container.StartOptions{}); err != nil {
 		return nil, hostside.CtxOr(ctx, r.wrap("start container", err))
@@ -114,10 +96,6 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	}
 	s.client = cl
 	go s.killOnProtocolError()
-
-	r.mu.Lock()
-	r.live[spec.ID] = s
-	r.mu.Unlock()
 	return s, nil
 }
 
@@ -142,16 +120,6 @@ func (r *Runner) dialAgent(ctx context.Context, s *Sandbox) (*agent.Client, erro
 	})
 }
 
-func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
-	if err := hostside.CheckSpec(spec); err != nil {
-		return err
-	}
-	if !r.caps.Seccomp || !r.caps.Cgroups {
-		return fmt.Errorf("create sandbox: daemon at %s lacks seccomp or cgroup limits: %w", r.cfg.Host, runner.ErrUnsupported)
-	}
-	return nil
-}
-
 // containerConfig is the whole isolation of one sandbox.
 func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, stateDir string) (*container.Config, *container.HostConfig, error) {
 	iso := spec.Isolation
@@ -159,16 +127,7 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 	if err != nil {
 		return nil, nil, err
 	}
-	labels := maps.Clone(spec.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[LabelManaged] = "true"
-	labels[LabelOwner] = r.cfg.InstanceID
-	if hostside.SelfProc() != "" {
-		labels[hostside.LabelOwnerProc] = hostside.SelfProc()
-	}
-	labels[LabelSandbox] = spec.ID
+	labels := r.host.Labels(spec)
 	image := spec.Image
 	if image == "" {
 		image = r.cfg.Image

@@ -116,8 +116,8 @@ func (r *Runner) leftovers(id string) []string {
 	for _, c := range list {
 		left = append(left, "container "+c.ID[:12]+" "+c.State)
 	}
-	if _, err := os.Stat(filepath.Join(r.stateRoot(), id)); err == nil {
-		left = append(left, "state dir "+filepath.Join(r.stateRoot(), id))
+	if _, err := os.Stat(filepath.Join(r.host.State.Dir, id)); err == nil {
+		left = append(left, "state dir "+filepath.Join(r.host.State.Dir, id))
 	}
 	return left
 }
@@ -184,7 +184,7 @@ func TestContainerIsolation(t *testing.T) {
 	if hc.Privileged || hc.PidMode != "" || hc.IpcMode != "private" || hc.Init == nil || *hc.Init {
 		t.Errorf("Privileged %v PidMode %q IpcMode %q Init %v", hc.Privileged, hc.PidMode, hc.IpcMode, hc.Init)
 	}
-	if hc.Memory != builtinDefaults.MemoryBytes || hc.MemorySwap != hc.Memory || hc.PidsLimit == nil || *hc.PidsLimit != builtinDefaults.PIDs || hc.NanoCPUs != 1e9 {
+	if hc.Memory != hostside.DefaultLimits.MemoryBytes || hc.MemorySwap != hc.Memory || hc.PidsLimit == nil || *hc.PidsLimit != hostside.DefaultLimits.PIDs || hc.NanoCPUs != 1e9 {
 		t.Errorf("Memory %d swap %d pids %v cpus %d", hc.Memory, hc.MemorySwap, hc.PidsLimit, hc.NanoCPUs)
 	}
 	targets := map[string]bool{}
@@ -225,8 +225,13 @@ func TestReapForeignOwner(t *testing.T) {
 	if err := api.ContainerStart(t.Context(), resp.ID, container.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A dead instance's state dir (its owner record names a process that
+	// is gone) goes too.
 	staleState := filepath.Join(testState, "previous-instance", "stale")
 	if err := os.MkdirAll(staleState, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(testState, "previous-instance", hostside.OwnerRecord), []byte("999999999:1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Hour)
@@ -247,7 +252,7 @@ func TestReapForeignOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	cid := sb.(*Sandbox).ContainerID()
-	r.forget(sb.ID()) // as if Close had lost track of it
+	r.host.Forget(sb.ID()) // as if Close had lost track of it
 	n, err := r.Reap(t.Context())
 	if err != nil || n != 1 {
 		t.Fatalf("Reap = %d, %v; want 1", n, err)
@@ -263,7 +268,7 @@ func TestReapForeignOwner(t *testing.T) {
 func TestDaemonUnavailable(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	_, err := New(t.Context(), Config{Host: "unix://" + filepath.Join(t.TempDir(), "dead.sock"), AgentPath: agentPath, StateDir: t.TempDir()})
+	_, err := New(t.Context(), Config{Host: "unix://" + filepath.Join(t.TempDir(), "dead.sock"), AgentPath: agentPath, StateDir: shortTempDir(t)})
 	if !errors.Is(err, runner.ErrUnavailable) {
 		t.Fatalf("New with a dead socket: %v, want ErrUnavailable", err)
 	}

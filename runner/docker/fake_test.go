@@ -69,7 +69,7 @@ func fakeRunner(t *testing.T, f *fakeAPI) *Runner {
 	if err := os.WriteFile(bin, nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{AgentPath: bin, StateDir: t.TempDir(), ReconcileInterval: -1}
+	cfg := Config{AgentPath: bin, StateDir: shortTempDir(t), ReconcileInterval: -1}
 	if err := cfg.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestCreateDaemonDies(t *testing.T) {
 	if len(f.removed) != 1 || f.removed[0] != "c1" {
 		t.Fatalf("removed %v, want [c1]", f.removed)
 	}
-	if _, err := os.Stat(filepath.Join(r.stateRoot(), "s1")); err == nil {
+	if _, err := os.Stat(filepath.Join(r.host.State.Dir, "s1")); err == nil {
 		t.Fatal("state dir left behind")
 	}
 	if _, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), ID: "s1"}); !errors.Is(err, runner.ErrUnavailable) {
@@ -129,7 +129,7 @@ func TestCreateInvalid(t *testing.T) {
 
 func TestLimitsAreCeilings(t *testing.T) {
 	t.Parallel()
-	def := builtinDefaults
+	def := hostside.DefaultLimits
 	got := hostside.MergeLimits(runner.Limits{MemoryBytes: 64 << 20, PIDs: 1 << 20, Timeout: time.Hour}, def)
 	if got.MemoryBytes != 64<<20 || got.PIDs != def.PIDs || got.Timeout != def.Timeout || got.NoFile != def.NoFile {
 		t.Fatalf("mergeLimits = %+v", got)

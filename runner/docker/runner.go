@@ -22,9 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/docker/docker/client"
@@ -38,11 +36,11 @@ var (
 	_ runner.Reaper = (*Runner)(nil)
 )
 
-// Labels on every managed container.
+// Labels on every managed container (hostside's).
 const (
-	LabelManaged = "sandboxd.managed"
-	LabelOwner   = "sandboxd.owner"
-	LabelSandbox = "sandboxd.sandbox"
+	LabelManaged = hostside.LabelManaged
+	LabelOwner   = hostside.LabelOwner
+	LabelSandbox = hostside.LabelSandbox
 )
 
 // Timeouts of Docker calls: a daemon that does not answer is unavailable,
@@ -56,21 +54,16 @@ const (
 
 // Runner creates Docker sandboxes. Safe for concurrent use.
 type Runner struct {
-	cfg     Config
-	api     dockerAPI
-	caps    runner.Capabilities
-	started time.Time
+	cfg  Config
+	api  dockerAPI
+	caps runner.Capabilities
+	// host is what both container runners keep alike: the sandboxes held,
+	// the state dir, orphans, the reconcile loop.
+	host *hostside.Instance
 	// gvisor: cfg.Runtime is gVisor's runsc. Its sandbox processes live
 	// inside the Sentry, invisible on the host: the host pids in the
 	// container's cgroup are runsc's own (sandbox, gofer, stubs).
 	gvisor bool
-
-	mu   sync.Mutex
-	live map[string]*Sandbox // by sandbox ID; nil value: being created
-
-	stop     context.CancelFunc
-	loopDone chan struct{}
-	closing  sync.Once
 }
 
 // New connects to the Docker daemon, checks it, removes orphaned sandboxes
@@ -94,21 +87,19 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 
 // newRunner is New with an injected API (unit tests use a fake).
 func newRunner(ctx context.Context, cfg Config, api dockerAPI) (*Runner, error) {
-	r := &Runner{cfg: cfg, api: api, live: map[string]*Sandbox{}, started: time.Now()}
-	// 0711: the daemon and the sandbox user traverse it; nobody lists it.
-	if err := os.MkdirAll(r.stateRoot(), 0o711); err != nil {
-		return nil, fmt.Errorf("docker: state dir: %w", err)
+	r := &Runner{cfg: cfg, api: api}
+	var err error
+	if r.host, err = hostside.NewInstance("docker", cfg.StateDir, cfg.InstanceID, "", cfg.Logger); err != nil {
+		return nil, err
 	}
-	os.Chmod(cfg.StateDir, 0o711)
 	if err := r.probe(ctx); err != nil {
+		r.host.Close(ctx, func() error { return nil })
 		return nil, err
 	}
 	if _, err := r.Reap(ctx); err != nil {
-		cfg.Logger.Warn("docker runner: initial reconcile failed", "err", err)
+		cfg.Logger.Warn("docker runner: initial reconcile failed (the reconcile loop retries)", "err", err)
 	}
-	loopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	r.stop, r.loopDone = stop, make(chan struct{})
-	go r.reconcileLoop(loopCtx)
+	r.host.StartReconcile(ctx, cfg.ReconcileInterval, r.Reap)
 	return r, nil
 }
 
@@ -172,23 +163,7 @@ func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
 
 // Close stops the reconcile loop and releases the Docker client. Open
 // sandboxes are not closed (close them first). Idempotent.
-func (r *Runner) Close(ctx context.Context) error {
-	var err error
-	r.closing.Do(func() {
-		if r.stop != nil {
-			r.stop()
-			select {
-			case <-r.loopDone:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-		}
-		if cerr := r.api.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-	})
-	return err
-}
+func (r *Runner) Close(ctx context.Context) error { return r.host.Close(ctx, r.api.Close) }
 
 // wrap classifies a Docker error: a daemon that cannot be reached or does
 // not answer in time is runner.ErrUnavailable.
