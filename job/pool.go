@@ -179,7 +179,7 @@ func (p *pool) create(k poolKey) {
 	if err != nil {
 		p.mu.Unlock()
 		s.alive.Add(-1)
-		_ = os.RemoveAll(dir)
+		s.removeWorkspace(dir)
 		if p.ctx.Err() == nil {
 			s.log.Warn("pool: create sandbox", "err", err)
 		}
@@ -204,9 +204,7 @@ func (p *pool) destroy(ps pooledSandbox) {
 		p.s.log.Error("pool: close sandbox", "sandbox", ps.sb.ID(), "err", err)
 	}
 	p.s.sandboxClosed()
-	if err := os.RemoveAll(ps.dir); err != nil {
-		p.s.log.Error("pool: remove workspace", "dir", ps.dir, "err", err)
-	}
+	p.s.removeWorkspace(ps.dir)
 }
 
 // evictOne destroys one ready sandbox to make room under the cap.

@@ -268,14 +268,14 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 	}
 	spec, err := s.specFor(sess.ID, sess.Tenant, sess.ID, sess.Effects, func(r EgressRecord) { s.recordSessionEgress(ls, r) })
 	if err != nil {
-		_ = os.RemoveAll(ls.dir)
+		s.removeWorkspace(ls.dir)
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
 	spec.Image, spec.Workspace, spec.Limits = sess.Image, ls.dir, sess.Limits
 	spec.Labels = map[string]string{"session": sess.ID, "tenant": sess.Tenant}
 	sb, err := s.r.Create(ctx, spec)
 	if err != nil {
-		_ = os.RemoveAll(ls.dir)
+		s.removeWorkspace(ls.dir)
 		switch {
 		case errors.Is(err, runner.ErrUnsupported):
 			return nil, fmt.Errorf("%w: the %s runner cannot create this session: %v", ErrUnsupported, s.cfg.RunnerName, err)
@@ -379,9 +379,7 @@ func (s *Service) closeSession(ls *liveSession, reason string) *Session {
 		s.log.Error("close session sandbox", "session", snap.ID, "err", err)
 	}
 	s.sandboxClosed()
-	if err := os.RemoveAll(ls.dir); err != nil {
-		s.log.Error("remove session workspace", "session", snap.ID, "dir", ls.dir, "err", err)
-	}
+	s.removeWorkspace(ls.dir)
 	s.m.sessionsActive.WithLabelValues(snap.Tenant).Dec()
 	s.m.sessionsClosed.WithLabelValues(reason).Inc()
 	s.log.Info("session closed", "session", snap.ID, "tenant", snap.Tenant, "reason", reason)
@@ -483,7 +481,7 @@ func (s *Service) recoverSessions(ctx context.Context) error {
 		if err := s.st.UpdateSession(ctx, ss); err != nil {
 			return fmt.Errorf("start: mark session %s lost: %w", ss.ID, err)
 		}
-		_ = os.RemoveAll(filepath.Join(s.cfg.WorkDir, "sessions", ss.ID))
+		s.removeWorkspace(filepath.Join(s.cfg.WorkDir, "sessions", ss.ID))
 		s.m.sessionsClosed.WithLabelValues(SessionReasonLost).Inc()
 		s.log.Warn("session lost in a restart", "session", ss.ID, "tenant", ss.Tenant)
 	}
