@@ -36,15 +36,6 @@ func needDocker(t testing.TB) {
 	}
 }
 
-// dockerContainers counts the containers sandboxd manages.
-func dockerContainers(t testing.TB) []string {
-	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=sandboxd.managed=true").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Fields(string(out))
-}
-
 func TestDockerSessionThroughAPI(t *testing.T) {
 	needDocker(t)
 	s := startServer(t, dockerConfig(""))
@@ -124,30 +115,24 @@ func TestDockerOneShotAndReconcile(t *testing.T) {
 	if j.Result.OK || !strings.Contains(j.Result.Process.Stderr, "PermissionError") {
 		t.Fatalf("inet socket without http: %+v", j.Result)
 	}
-	if len(dockerContainers(t)) == 0 {
+	// Only this server's containers count: another sandboxd may share
+	// the daemon.
+	pid := s.cmd.Process.Pid
+	if len(containersOf(t, "docker", pid)) == 0 {
 		t.Fatal("no pooled containers while sandboxd runs")
 	}
 	// kill -9 and restart: the new process removes every container of the
 	// old one (and pre-warms its own pool).
-	before := dockerContainers(t)
 	s.stop(9)
 	s.start()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		now := dockerContainers(t)
-		stale := 0
-		for _, id := range before {
-			for _, n := range now {
-				if n == id {
-					stale++
-				}
-			}
-		}
-		if stale == 0 {
+		stale := containersOf(t, "docker", pid)
+		if len(stale) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d containers of the killed sandboxd remain", stale)
+			t.Fatalf("%d containers of the killed sandboxd remain", len(stale))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
