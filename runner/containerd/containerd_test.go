@@ -167,7 +167,7 @@ func newTestRunner(tb testing.TB, cfg Config) *Runner {
 // cgroup, network namespace pin and state dir.
 func (r *Runner) leftovers(id string) []string {
 	var left []string
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
 	if _, err := r.c.ContainerService().Get(ctx, id); err == nil {
 		left = append(left, "container "+id)
@@ -266,7 +266,7 @@ func TestReapAfterKill(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	if fi, _ := os.Stat(ws); fi.Sys().(*syscall.Stat_t).Uid != sandboxUID {
+	if fi, _ := os.Stat(ws); fi.Sys().(*syscall.Stat_t).Uid != hostside.SandboxUID {
 		t.Fatal("workspace not chowned to the sandbox user")
 	}
 	r := newTestRunner(t, Config{StateDir: state, ReconcileInterval: -1})

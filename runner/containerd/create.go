@@ -53,7 +53,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		}
 	}
 
-	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hostside.CreateTimeout)
 	defer cancel()
 	imageRef := spec.Image
 	if imageRef == "" {
@@ -140,7 +140,7 @@ func (s *Sandbox) listenEgress() error {
 // dialAgent connects to the agent (hostside.DialAgent), giving up as soon
 // as the task exited.
 func (s *Sandbox) dialAgent(ctx context.Context, l *life) (*agent.Client, error) {
-	return hostside.DialAgent(ctx, filepath.Join(s.runDir, "agent.sock"), agentTimeout, func(ctx context.Context, stop func(error)) {
+	return hostside.DialAgent(ctx, filepath.Join(s.runDir, "agent.sock"), hostside.AgentTimeout, func(ctx context.Context, stop func(error)) {
 		select {
 		case <-ctx.Done():
 		case <-l.exited:

@@ -44,7 +44,7 @@ func TestContainerIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := info.Labels
-	if l[LabelManaged] != "true" || l[LabelOwner] != r.cfg.InstanceID || l[LabelSandbox] != sb.ID() || l["tenant"] != "t1" || l[hostside.LabelOwnerProc] != hostside.SelfProc() {
+	if l[hostside.LabelManaged] != "true" || l[hostside.LabelOwner] != r.cfg.InstanceID || l[hostside.LabelSandbox] != sb.ID() || l["tenant"] != "t1" || l[hostside.LabelOwnerProc] != hostside.SelfProc() {
 		t.Errorf("labels %v", l)
 	}
 	if info.Snapshotter != DefaultSnapshotter || info.Runtime.Name != RuntimeRunc {
@@ -352,7 +352,7 @@ func TestReap(t *testing.T) {
 	}
 	mk := func(proc string) string {
 		id := "reap-" + hostside.NewID()
-		labels := map[string]string{LabelManaged: "true", LabelOwner: "other-" + hostside.NewID(), LabelSandbox: id, hostside.LabelOwnerProc: proc}
+		labels := map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "other-" + hostside.NewID(), hostside.LabelSandbox: id, hostside.LabelOwnerProc: proc}
 		_, err := r.c.NewContainer(ctx, id, client.WithSnapshotter(DefaultSnapshotter),
 			client.WithNewSnapshotView(id, img, snapshots.WithLabels(labels)),
 			client.WithContainerLabels(labels), client.WithSpec(&specs.Spec{Version: specs.Version, Root: &specs.Root{Path: "rootfs"}}))
@@ -365,7 +365,7 @@ func TestReap(t *testing.T) {
 	deadID, liveID := mk(deadProc), mk(hostside.SelfProc())
 	// A snapshot without a container (crash between the two).
 	lone := "reap-lone-" + hostside.NewID()
-	if _, err := r.c.SnapshotService(DefaultSnapshotter).View(ctx, lone, "", snapshots.WithLabels(map[string]string{LabelManaged: "true", LabelOwner: "x", LabelSandbox: lone, hostside.LabelOwnerProc: deadProc})); err != nil {
+	if _, err := r.c.SnapshotService(DefaultSnapshotter).View(ctx, lone, "", snapshots.WithLabels(map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "x", hostside.LabelSandbox: lone, hostside.LabelOwnerProc: deadProc})); err != nil {
 		t.Fatal(err)
 	}
 	// Our own sandbox, forgotten (as if Close had lost track of it).

@@ -15,7 +15,7 @@ import (
 )
 
 // managedFilter selects what this package labels.
-const managedFilter = `labels."` + LabelManaged + `"==true`
+const managedFilter = `labels."` + hostside.LabelManaged + `"==true`
 
 // Reap implements runner.Reaper. It removes, in the runner's namespace,
 // the tasks, containers and snapshots of orphaned sandboxes (this
@@ -24,7 +24,7 @@ const managedFilter = `labels."` + LabelManaged + `"==true`
 // namespace pins) no open sandbox holds and those of dead instances
 // (hostside.StateRoot.Reap).
 func (r *Runner) Reap(ctx context.Context) (int, error) {
-	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
 	list, err := r.c.ContainerService().List(cctx, managedFilter)
 	if err != nil {
@@ -41,7 +41,7 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 // remove kills and deletes a container's task, then the container and its
 // snapshot.
 func (r *Runner) remove(ctx context.Context, id string) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostside.RemoveTimeout)
 	defer cancel()
 	c, err := r.c.LoadContainer(cctx, id)
 	if hostside.Gone(err) {
@@ -76,7 +76,7 @@ func (r *Runner) remove(ctx context.Context, id string) error {
 // reapSnapshots removes managed snapshots whose container is gone (a
 // crash between snapshot and container creation) and whose owner is.
 func (r *Runner) reapSnapshots(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
 	sn := r.c.SnapshotService(r.cfg.Snapshotter)
 	var orphans []string

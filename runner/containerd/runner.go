@@ -45,22 +45,6 @@ var (
 	_ runner.Reaper = (*Runner)(nil)
 )
 
-// Labels on every managed container and snapshot (hostside's).
-const (
-	LabelManaged = hostside.LabelManaged
-	LabelOwner   = hostside.LabelOwner
-	LabelSandbox = hostside.LabelSandbox
-)
-
-// Timeouts of containerd calls: a daemon that does not answer is
-// unavailable, never a hang.
-const (
-	apiTimeout    = 15 * time.Second
-	createTimeout = 60 * time.Second
-	removeTimeout = 30 * time.Second
-	agentTimeout  = 10 * time.Second
-)
-
 // Runner creates containerd sandboxes. Safe for concurrent use.
 type Runner struct {
 	cfg     Config
@@ -72,6 +56,8 @@ type Runner struct {
 	// host is what both container runners keep alike: the sandboxes held,
 	// the state dir, orphans, the reconcile loop.
 	host *hostside.Instance
+	// ImageNames implements runner.ImageNamer over cfg.Image.
+	hostside.ImageNames
 
 	mu     sync.Mutex
 	images map[string]client.Image // unpacked images by normalized name
@@ -88,7 +74,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("containerd: client for %q: %w: %w", cfg.Address, runner.ErrUnavailable, err)
 	}
-	r := &Runner{cfg: cfg, c: c, images: map[string]client.Image{}}
+	r := &Runner{cfg: cfg, c: c, images: map[string]client.Image{}, ImageNames: hostside.ImageNames{Default: cfg.Image}}
 	if err := r.init(ctx); err != nil {
 		if r.host != nil {
 			r.host.Close(ctx, func() error { return nil })
@@ -154,19 +140,6 @@ var (
 	_ runner.ImageNamer = (*Runner)(nil)
 )
 
-// DefaultImage implements runner.ImageNamer: the configured image.
-func (r *Runner) DefaultImage() string {
-	if c, err := hostside.CanonicalImageRef(r.cfg.Image); err == nil {
-		return c
-	}
-	return r.cfg.Image
-}
-
-// CanonicalImage implements runner.ImageNamer (hostside.CanonicalImageRef).
-func (r *Runner) CanonicalImage(image string) (string, error) {
-	return hostside.CanonicalImageRef(image)
-}
-
 // Dependencies implements runner.Dependent: containerd's socket.
 func (r *Runner) Dependencies() []string { return []string{"unix://" + r.cfg.Address} }
 
@@ -180,13 +153,7 @@ func (r *Runner) Close(ctx context.Context) error { return r.host.Close(ctx, r.c
 // wrap classifies a containerd error: a daemon that cannot be reached or
 // does not answer in time is runner.ErrUnavailable.
 func (r *Runner) wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if unavailable(err) {
-		return fmt.Errorf("containerd: %s: daemon at %s unavailable: %w: %w", op, r.cfg.Address, runner.ErrUnavailable, err)
-	}
-	return fmt.Errorf("containerd: %s: %w", op, err)
+	return hostside.Wrap("containerd", r.cfg.Address, op, err, unavailable)
 }
 
 func unavailable(err error) bool {

@@ -144,7 +144,7 @@ func (s *Sandbox) killOnProtocolError(l *life) {
 	if !errors.Is(l.client.Err(), agent.ErrProtocol) || s.isClosed() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
 	s.r.cfg.Logger.Warn("containerd runner: agent broke the protocol; killing its sandbox", "sandbox", s.id, "err", l.client.Err())
 	if err := l.task.Kill(ctx, unix.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
@@ -227,7 +227,7 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostside.RemoveTimeout)
 	defer cancel()
 	if s.container != nil {
 		if err := s.container.Delete(cctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {

@@ -47,7 +47,7 @@ func TestBuildSpec(t *testing.T) {
 			if !strings.Contains(strings.Join(p.Args, " "), "--uid 65534 --gid 65534") {
 				t.Errorf("args %v: the code's uid and gid missing", p.Args)
 			}
-			if len(p.Env) != 0 || p.Args[0] != "/usr/bin/env" || p.Args[1] != "-i" || p.Args[2] != agentBinary {
+			if len(p.Env) != 0 || p.Args[0] != "/usr/bin/env" || p.Args[1] != "-i" || p.Args[2] != hostside.AgentBinary {
 				t.Errorf("env %v args %v", p.Env, p.Args)
 			}
 			if got := slices.Contains(p.Args, "--egress-listen"); got != tc.egress {
@@ -60,7 +60,7 @@ func TestBuildSpec(t *testing.T) {
 			for _, m := range s.Mounts {
 				mounts[m.Destination] = m.Options
 			}
-			for dst, opt := range map[string]string{agentBinary: "ro", agentDir: "rw", "/tmp": "size=1048576", "/dev/shm": "size=1048576", "/sys": "ro"} {
+			for dst, opt := range map[string]string{hostside.AgentBinary: "ro", hostside.AgentDir: "rw", "/tmp": "size=1048576", "/dev/shm": "size=1048576", "/sys": "ro"} {
 				if !slices.Contains(mounts[dst], opt) {
 					t.Errorf("mount %s options %v, want %s", dst, mounts[dst], opt)
 				}

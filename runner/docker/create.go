@@ -19,14 +19,6 @@ import (
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
-// Paths inside the container, and the code's uid (the agent model:
-// hostside.AgentArgs).
-const (
-	agentBinary = hostside.AgentBinary
-	agentDir    = hostside.AgentDir
-	sandboxUID  = hostside.SandboxUID
-)
-
 // Create implements runner.Runner: it creates and starts the container and
 // waits until the agent inside answers. On any failure nothing is left
 // behind.
@@ -66,7 +58,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, err
 	}
 	s.labels = cfg.Labels
-	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hostside.CreateTimeout)
 	defer cancel()
 	resp, err := r.api.ContainerCreate(cctx, cfg, hc, nil, nil, "sandboxd-"+spec.ID)
 	if err != nil {
@@ -102,7 +94,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 // dialAgent connects to the agent (hostside.DialAgent), giving up as soon
 // as the container has exited.
 func (r *Runner) dialAgent(ctx context.Context, s *Sandbox) (*agent.Client, error) {
-	return hostside.DialAgent(ctx, filepath.Join(s.stateDir, "agent.sock"), agentTimeout, func(ctx context.Context, stop func(error)) {
+	return hostside.DialAgent(ctx, filepath.Join(s.stateDir, "agent.sock"), hostside.AgentTimeout, func(ctx context.Context, stop func(error)) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -145,9 +137,9 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		Env:        []string{},
 	}
 	mounts := []mount.Mount{
-		{Type: mount.TypeBind, Source: r.cfg.AgentPath, Target: agentBinary, ReadOnly: true,
+		{Type: mount.TypeBind, Source: r.cfg.AgentPath, Target: hostside.AgentBinary, ReadOnly: true,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
-		{Type: mount.TypeBind, Source: stateDir, Target: agentDir,
+		{Type: mount.TypeBind, Source: stateDir, Target: hostside.AgentDir,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
 	}
 	if iso.Workspace != runner.WorkspaceNone {

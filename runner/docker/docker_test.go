@@ -107,9 +107,9 @@ func newTestRunner(tb testing.TB, cfg Config) *Runner {
 // leftovers lists containers of sandbox id and its state dir.
 func (r *Runner) leftovers(id string) []string {
 	var left []string
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
-	list, err := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelSandbox+"="+id))})
+	list, err := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", hostside.LabelSandbox+"="+id))})
 	if err != nil {
 		return []string{"list containers: " + err.Error()}
 	}
@@ -191,7 +191,7 @@ func TestContainerIsolation(t *testing.T) {
 	for _, m := range insp.Mounts {
 		targets[m.Destination] = m.RW
 	}
-	want := map[string]bool{agentBinary: false, agentDir: true, runner.WorkspaceDir: false}
+	want := map[string]bool{hostside.AgentBinary: false, hostside.AgentDir: true, runner.WorkspaceDir: false}
 	if len(targets) != len(want) {
 		t.Errorf("mounts %v, want %v", targets, want)
 	}
@@ -201,7 +201,7 @@ func TestContainerIsolation(t *testing.T) {
 		}
 	}
 	l := insp.Config.Labels
-	if l[LabelManaged] != "true" || l[LabelOwner] != r.cfg.InstanceID || l[LabelSandbox] != sb.ID() || l["tenant"] != "t1" {
+	if l[hostside.LabelManaged] != "true" || l[hostside.LabelOwner] != r.cfg.InstanceID || l[hostside.LabelSandbox] != sb.ID() || l["tenant"] != "t1" {
 		t.Errorf("labels %v", l)
 	}
 }
@@ -216,7 +216,7 @@ func TestReapForeignOwner(t *testing.T) {
 	name := "sandboxd-test-foreign-" + hostside.NewID()
 	resp, err := api.ContainerCreate(t.Context(), &container.Config{
 		Image: testImage, Entrypoint: []string{"sleep", "300"},
-		Labels: map[string]string{LabelManaged: "true", LabelOwner: "previous-" + hostside.NewID(), LabelSandbox: name},
+		Labels: map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "previous-" + hostside.NewID(), hostside.LabelSandbox: name},
 	}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
 	if err != nil {
 		t.Fatal(err)
@@ -294,9 +294,9 @@ func TestAgentFailsToStart(t *testing.T) {
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("took %v to notice the agent died", el)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
-	list, _ := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelOwner+"="+r.cfg.InstanceID))})
+	list, _ := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", hostside.LabelOwner+"="+r.cfg.InstanceID))})
 	if len(list) != 0 {
 		t.Fatalf("failed Create left %d containers", len(list))
 	}
@@ -356,7 +356,7 @@ func TestReapByOwnerLiveness(t *testing.T) {
 		name := "sandboxd-test-owner-" + hostside.NewID()
 		resp, err := api.ContainerCreate(t.Context(), &container.Config{
 			Image: testImage, Entrypoint: []string{"sleep", "300"},
-			Labels: map[string]string{LabelManaged: "true", LabelOwner: "other-" + hostside.NewID(), LabelSandbox: name, hostside.LabelOwnerProc: proc},
+			Labels: map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "other-" + hostside.NewID(), hostside.LabelSandbox: name, hostside.LabelOwnerProc: proc},
 		}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
 		if err != nil {
 			t.Fatal(err)

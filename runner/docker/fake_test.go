@@ -119,7 +119,7 @@ func TestCreateInvalid(t *testing.T) {
 		{runner.SandboxSpec{}, runner.ErrInvalidSpec},                                                                            // no compiled isolation
 		{runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress)}, runner.ErrInvalidSpec}, // no Egress
 		{runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), Limits: runner.Limits{MemoryBytes: -1}}, runner.ErrInvalidSpec},
-		{runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), Labels: map[string]string{LabelOwner: "me"}}, runner.ErrInvalidSpec},
+		{runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), Labels: map[string]string{hostside.LabelOwner: "me"}}, runner.ErrInvalidSpec},
 	} {
 		if _, err := r.Create(t.Context(), tc.spec); !errors.Is(err, tc.want) {
 			t.Errorf("Create(%+v) = %v, want %v", tc.spec, err, tc.want)

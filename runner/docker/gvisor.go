@@ -169,7 +169,7 @@ func (s *Sandbox) startRevive() {
 // code inside may have left a symlink where the agent's socket goes, and
 // the runner dials that path again here.
 func (s *Sandbox) revive() error {
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.CreateTimeout)
 	defer cancel()
 	insp, err := s.r.api.ContainerInspect(ctx, s.containerID)
 	if err != nil {

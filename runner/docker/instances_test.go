@@ -87,7 +87,7 @@ type removing struct {
 }
 
 func (f *removing) ContainerList(context.Context, container.ListOptions) ([]container.Summary, error) {
-	return []container.Summary{{ID: "c9", Labels: map[string]string{LabelManaged: "true", LabelOwner: "gone", LabelSandbox: "s9",
+	return []container.Summary{{ID: "c9", Labels: map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "gone", hostside.LabelSandbox: "s9",
 		hostside.LabelOwnerProc: "999999999:1"}}}, nil
 }
 
@@ -113,7 +113,7 @@ func TestReapOrphanAlreadyGoing(t *testing.T) {
 }
 
 // A StateDir too long for the sandboxes' sockets is refused at New, with
-// the limit named, not by every sandbox failing after agentTimeout.
+// the limit named, not by every sandbox failing after hostside.AgentTimeout.
 func TestStateDirTooLong(t *testing.T) {
 	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "agent")

@@ -19,11 +19,11 @@ import (
 // It also removes the state dirs no open sandbox holds and those of dead
 // instances (hostside.StateRoot.Reap).
 func (r *Runner) Reap(ctx context.Context) (int, error) {
-	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
 	list, err := r.api.ContainerList(cctx, container.ListOptions{
 		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", LabelManaged+"=true")),
+		Filters: filters.NewArgs(filters.Arg("label", hostside.LabelManaged+"=true")),
 	})
 	if err != nil {
 		return 0, r.wrap("list containers", err)
@@ -39,7 +39,7 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 // removeContainer force-removes a container; one already going or gone
 // (hostside.Gone) is removed.
 func (r *Runner) removeContainer(ctx context.Context, id string) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostside.RemoveTimeout)
 	defer cancel()
 	err := r.api.ContainerRemove(rctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !hostside.Gone(err) {

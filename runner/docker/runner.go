@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"time"
 
 	"github.com/docker/docker/client"
 
@@ -36,22 +35,6 @@ var (
 	_ runner.Reaper = (*Runner)(nil)
 )
 
-// Labels on every managed container (hostside's).
-const (
-	LabelManaged = hostside.LabelManaged
-	LabelOwner   = hostside.LabelOwner
-	LabelSandbox = hostside.LabelSandbox
-)
-
-// Timeouts of Docker calls: a daemon that does not answer is unavailable,
-// never a hang.
-const (
-	apiTimeout    = 15 * time.Second // inspect, list, stats, logs, ping
-	createTimeout = 60 * time.Second // create + start
-	removeTimeout = 30 * time.Second
-	agentTimeout  = 10 * time.Second // from start until the agent answers a ping
-)
-
 // Runner creates Docker sandboxes. Safe for concurrent use.
 type Runner struct {
 	cfg  Config
@@ -60,6 +43,8 @@ type Runner struct {
 	// host is what both container runners keep alike: the sandboxes held,
 	// the state dir, orphans, the reconcile loop.
 	host *hostside.Instance
+	// ImageNames implements runner.ImageNamer over cfg.Image.
+	hostside.ImageNames
 	// gvisor: cfg.Runtime is gVisor's runsc. Its sandbox processes live
 	// inside the Sentry, invisible on the host: the host pids in the
 	// container's cgroup are runsc's own (sandbox, gofer, stubs).
@@ -87,7 +72,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 
 // newRunner is New with an injected API (unit tests use a fake).
 func newRunner(ctx context.Context, cfg Config, api dockerAPI) (*Runner, error) {
-	r := &Runner{cfg: cfg, api: api}
+	r := &Runner{cfg: cfg, api: api, ImageNames: hostside.ImageNames{Default: cfg.Image}}
 	var err error
 	if r.host, err = hostside.NewInstance("docker", cfg.StateDir, cfg.InstanceID, "", cfg.Logger); err != nil {
 		return nil, err
@@ -104,7 +89,7 @@ func newRunner(ctx context.Context, cfg Config, api dockerAPI) (*Runner, error) 
 }
 
 func (r *Runner) probe(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
 	info, err := r.api.Info(cctx)
 	if err != nil {
@@ -142,19 +127,6 @@ var (
 	_ runner.ImageNamer = (*Runner)(nil)
 )
 
-// DefaultImage implements runner.ImageNamer: the configured image.
-func (r *Runner) DefaultImage() string {
-	if c, err := hostside.CanonicalImageRef(r.cfg.Image); err == nil {
-		return c
-	}
-	return r.cfg.Image
-}
-
-// CanonicalImage implements runner.ImageNamer (hostside.CanonicalImageRef).
-func (r *Runner) CanonicalImage(image string) (string, error) {
-	return hostside.CanonicalImageRef(image)
-}
-
 // Dependencies implements runner.Dependent: the Docker daemon's address.
 func (r *Runner) Dependencies() []string { return []string{r.cfg.Host} }
 
@@ -168,13 +140,7 @@ func (r *Runner) Close(ctx context.Context) error { return r.host.Close(ctx, r.a
 // wrap classifies a Docker error: a daemon that cannot be reached or does
 // not answer in time is runner.ErrUnavailable.
 func (r *Runner) wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if unavailable(err) {
-		return fmt.Errorf("docker: %s: daemon at %s unavailable: %w: %w", op, r.cfg.Host, runner.ErrUnavailable, err)
-	}
-	return fmt.Errorf("docker: %s: %w", op, err)
+	return hostside.Wrap("docker", r.cfg.Host, op, err, unavailable)
 }
 
 func unavailable(err error) bool {

@@ -116,7 +116,7 @@ func (s *Sandbox) killOnProtocolError() {
 	if !errors.Is(cl.Err(), agent.ErrProtocol) || s.isClosed() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
 	s.r.cfg.Logger.Warn("docker runner: agent broke the protocol; killing its sandbox", "sandbox", s.id, "err", cl.Err())
 	if err := s.r.api.ContainerKill(ctx, s.containerID, "KILL"); err != nil {
@@ -170,7 +170,7 @@ func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
 	if s.isClosed() {
 		return runner.Usage{}, fmt.Errorf("stats of sandbox %s: %w", s.id, runner.ErrClosed)
 	}
-	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
 	rd, err := s.r.api.ContainerStatsOneShot(cctx, s.containerID)
 	if err != nil {
@@ -220,7 +220,7 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 		cl.Close()
 	}
 	if s.containerID != "" {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostside.RemoveTimeout)
 		err := s.r.api.ContainerRemove(cctx, s.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		cancel()
 		if err != nil && !hostside.Gone(err) {

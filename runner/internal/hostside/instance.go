@@ -22,6 +22,15 @@ const (
 	LabelSandbox = "sandboxd.sandbox"
 )
 
+// Timeouts of the container runners' daemon calls: a daemon that does not
+// answer is unavailable, never a hang.
+const (
+	APITimeout    = 15 * time.Second // inspect, list, stats, logs, ping
+	CreateTimeout = 60 * time.Second // create + start
+	RemoveTimeout = 30 * time.Second
+	AgentTimeout  = 10 * time.Second // from start until the agent answers a ping
+)
+
 // Instance is what the container runners (runner/docker,
 // runner/containerd) keep alike for one runner: the IDs of the sandboxes
 // it holds (reserved from the start of Create until Close), its part of
@@ -181,6 +190,19 @@ func (in *Instance) ReapFound(ctx context.Context, found []Found, remove func(ct
 // ReapStateDirs is StateRoot.Reap with the instance's held sandboxes.
 func (in *Instance) ReapStateDirs(keep map[string]bool, remove func(dir string) error) error {
 	return in.State.Reap(in.Held, keep, remove)
+}
+
+// Wrap prefixes an error of daemon operation op with the runner's name;
+// one that unavailable says is the daemon's absence (unreachable, no
+// answer in time) also wraps runner.ErrUnavailable and names addr.
+func Wrap(name, addr, op string, err error, unavailable func(error) bool) error {
+	if err == nil {
+		return nil
+	}
+	if unavailable(err) {
+		return fmt.Errorf("%s: %s: daemon at %s unavailable: %w: %w", name, op, addr, runner.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %s: %w", name, op, err)
 }
 
 // StartReconcile runs reap every interval (not when interval < 0) in the
