@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/pkg/stdcopy"
-	"github.com/docker/go-units"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
@@ -60,7 +60,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	s.labels = cfg.Labels
 	cctx, cancel := context.WithTimeout(ctx, hostside.CreateTimeout)
 	defer cancel()
-	resp, err := r.api.ContainerCreate(cctx, cfg, hc, nil, nil, "sandboxd-"+spec.ID)
+	resp, err := r.api.ContainerCreate(cctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: "sandboxd-" + spec.ID})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("create sandbox: image %q: %w: %w", cfg.Image, runner.ErrInvalidSpec, err)
@@ -71,10 +71,10 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err := hostside.ChownWorkspace(spec, owner); err != nil {
 		return nil, err
 	}
-	if err := r.api.ContainerStart(cctx, resp.ID, container.StartOptions{}); err != nil {
+	if _, err := r.api.ContainerStart(cctx, resp.ID, client.ContainerStartOptions{}); err != nil {
 		return nil, hostside.CtxOr(ctx, r.wrap("start container", err))
 	}
-	if insp, err := r.api.ContainerInspect(cctx, resp.ID); err == nil && insp.State != nil {
+	if insp, err := r.inspect(cctx, resp.ID); err == nil && insp.State != nil {
 		s.cg = hostside.FindCgroup(insp.State.Pid) // nil when not readable here
 	}
 
@@ -103,7 +103,7 @@ func (r *Runner) dialAgent(ctx context.Context, s *Sandbox) (*agent.Client, erro
 				return
 			case <-t.C:
 			}
-			insp, err := r.api.ContainerInspect(ctx, s.containerID)
+			insp, err := r.inspect(ctx, s.containerID)
 			if err == nil && insp.State != nil && !insp.State.Running {
 				stop(fmt.Errorf("container exited with %d", insp.State.ExitCode))
 				return
@@ -170,7 +170,7 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 			MemorySwap: l.MemoryBytes,
 			PidsLimit:  &pids,
 			NanoCPUs:   l.CPUMillis * 1_000_000,
-			Ulimits: []*units.Ulimit{
+			Ulimits: []*container.Ulimit{
 				{Name: "nofile", Soft: l.NoFile, Hard: l.NoFile},
 				{Name: "fsize", Soft: l.FileSize, Hard: l.FileSize},
 				{Name: "core", Soft: 0, Hard: 0},
@@ -186,10 +186,10 @@ func (r *Runner) logsTail(ctx context.Context, id string) string {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var state string
-	if insp, err := r.api.ContainerInspect(cctx, id); err == nil && insp.State != nil {
+	if insp, err := r.inspect(cctx, id); err == nil && insp.State != nil {
 		state = fmt.Sprintf("container state %s exit %d oom %v error %q", insp.State.Status, insp.State.ExitCode, insp.State.OOMKilled, insp.State.Error)
 	}
-	rc, err := r.api.ContainerLogs(cctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	rc, err := r.api.ContainerLogs(cctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
 	if err != nil {
 		return state + "; logs unavailable: " + err.Error()
 	}

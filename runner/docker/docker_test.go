@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
@@ -60,14 +59,14 @@ func testMain(m *testing.M) int {
 }
 
 func pingDaemon() error {
-	c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := c.Ping(ctx); err != nil {
+	if _, err := c.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		return err
 	}
 	_, err = c.ImageInspect(ctx, testImage)
@@ -109,12 +108,12 @@ func (r *Runner) leftovers(id string) []string {
 	var left []string
 	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
-	list, err := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", hostside.LabelSandbox+"="+id))})
+	list, err := r.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", hostside.LabelSandbox+"="+id)})
 	if err != nil {
 		return []string{"list containers: " + err.Error()}
 	}
-	for _, c := range list {
-		left = append(left, "container "+c.ID[:12]+" "+c.State)
+	for _, c := range list.Items {
+		left = append(left, "container "+c.ID[:12]+" "+string(c.State))
 	}
 	if _, err := os.Stat(filepath.Join(r.host.State.Dir, id)); err == nil {
 		left = append(left, "state dir "+filepath.Join(r.host.State.Dir, id))
@@ -143,7 +142,7 @@ func TestContainerIsolation(t *testing.T) {
 	if err := sb.(*Sandbox).Agent().Ping(t.Context()); err != nil {
 		t.Fatalf("agent ping: %v", err)
 	}
-	insp, err := r.api.ContainerInspect(t.Context(), sb.(*Sandbox).ContainerID())
+	insp, err := r.inspect(t.Context(), sb.(*Sandbox).ContainerID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,21 +207,21 @@ func TestContainerIsolation(t *testing.T) {
 
 func TestReapForeignOwner(t *testing.T) {
 	needDocker(t)
-	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer api.Close()
 	name := "sandboxd-test-foreign-" + hostside.NewID()
-	resp, err := api.ContainerCreate(t.Context(), &container.Config{
+	resp, err := api.ContainerCreate(t.Context(), client.ContainerCreateOptions{Config: &container.Config{
 		Image: testImage, Entrypoint: []string{"sleep", "300"},
 		Labels: map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "previous-" + hostside.NewID(), hostside.LabelSandbox: name},
-	}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
+	}, HostConfig: &container.HostConfig{NetworkMode: "none"}, Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer api.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true})
-	if err := api.ContainerStart(t.Context(), resp.ID, container.StartOptions{}); err != nil {
+	defer api.ContainerRemove(context.Background(), resp.ID, client.ContainerRemoveOptions{Force: true})
+	if _, err := api.ContainerStart(t.Context(), resp.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A dead instance's state dir (its owner record names a process that
@@ -240,7 +239,7 @@ func TestReapForeignOwner(t *testing.T) {
 	// A runner that started earlier leaves it alone: it may belong to a
 	// live sandboxd sharing the daemon.
 	r := newTestRunner(t, Config{ReconcileInterval: -1}) // New reaps
-	if _, err := api.ContainerInspect(t.Context(), resp.ID); err == nil {
+	if _, err := api.ContainerInspect(t.Context(), resp.ID, client.ContainerInspectOptions{}); err == nil {
 		t.Fatal("container of a previous owner survived New")
 	}
 	if _, err := os.Stat(staleState); err == nil {
@@ -257,7 +256,7 @@ func TestReapForeignOwner(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("Reap = %d, %v; want 1", n, err)
 	}
-	if _, err := api.ContainerInspect(t.Context(), cid); err == nil {
+	if _, err := api.ContainerInspect(t.Context(), cid, client.ContainerInspectOptions{}); err == nil {
 		t.Fatal("unheld container survived Reap")
 	}
 	if err := sb.Close(t.Context()); err != nil {
@@ -296,9 +295,9 @@ func TestAgentFailsToStart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
-	list, _ := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", hostside.LabelOwner+"="+r.cfg.InstanceID))})
-	if len(list) != 0 {
-		t.Fatalf("failed Create left %d containers", len(list))
+	list, _ := r.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", hostside.LabelOwner+"="+r.cfg.InstanceID)})
+	if len(list.Items) != 0 {
+		t.Fatalf("failed Create left %d containers", len(list.Items))
 	}
 	t.Log(err)
 }
@@ -310,13 +309,13 @@ func TestContainerDiesMidExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Close(context.Background())
-	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer api.Close()
 	time.AfterFunc(300*time.Millisecond, func() {
-		api.ContainerKill(context.Background(), sb.(*Sandbox).ContainerID(), "KILL")
+		api.ContainerKill(context.Background(), sb.(*Sandbox).ContainerID(), client.ContainerKillOptions{Signal: "KILL"})
 	})
 	start := time.Now()
 	_, err = sb.Exec(t.Context(), runner.Process{Args: []string{"sleep", "30"}})
@@ -343,7 +342,7 @@ func TestContainerDiesMidExec(t *testing.T) {
 // kill -9), one whose owner still runs is kept.
 func TestReapByOwnerLiveness(t *testing.T) {
 	needDocker(t)
-	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,14 +353,14 @@ func TestReapByOwnerLiveness(t *testing.T) {
 	}
 	mk := func(proc string) string {
 		name := "sandboxd-test-owner-" + hostside.NewID()
-		resp, err := api.ContainerCreate(t.Context(), &container.Config{
+		resp, err := api.ContainerCreate(t.Context(), client.ContainerCreateOptions{Config: &container.Config{
 			Image: testImage, Entrypoint: []string{"sleep", "300"},
 			Labels: map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "other-" + hostside.NewID(), hostside.LabelSandbox: name, hostside.LabelOwnerProc: proc},
-		}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
+		}, HostConfig: &container.HostConfig{NetworkMode: "none"}, Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { api.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true}) })
+		t.Cleanup(func() { api.ContainerRemove(context.Background(), resp.ID, client.ContainerRemoveOptions{Force: true}) })
 		return resp.ID
 	}
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
@@ -370,10 +369,10 @@ func TestReapByOwnerLiveness(t *testing.T) {
 	if _, err := r.Reap(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.ContainerInspect(t.Context(), deadID); err == nil {
+	if _, err := api.ContainerInspect(t.Context(), deadID, client.ContainerInspectOptions{}); err == nil {
 		t.Fatal("container of a dead owner survived Reap")
 	}
-	if _, err := api.ContainerInspect(t.Context(), liveID); err != nil {
+	if _, err := api.ContainerInspect(t.Context(), liveID, client.ContainerInspectOptions{}); err != nil {
 		t.Fatalf("container of a live owner was reaped: %v", err)
 	}
 }
@@ -446,15 +445,15 @@ func TestGarbageAgentKilled(t *testing.T) {
 		t.Fatal("exec against a garbage-speaking agent succeeded")
 	}
 	t.Logf("exec: %v", err)
-	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer api.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		insp, err := api.ContainerInspect(t.Context(), sb.(*Sandbox).ContainerID())
-		if err != nil || !insp.State.Running {
+		insp, err := api.ContainerInspect(t.Context(), sb.(*Sandbox).ContainerID(), client.ContainerInspectOptions{})
+		if err != nil || !insp.Container.State.Running {
 			return
 		}
 		if time.Now().After(deadline) {

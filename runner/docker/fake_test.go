@@ -3,18 +3,14 @@ package docker
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/api/types/system"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/moby/moby/api/types/system"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
@@ -31,35 +27,38 @@ type fakeAPI struct {
 
 var errDead = &net.OpError{Op: "dial", Net: "unix", Err: errors.New("connection refused")}
 
-func (f *fakeAPI) Ping(context.Context) (types.Ping, error) { return types.Ping{}, nil }
-func (f *fakeAPI) Info(context.Context) (system.Info, error) {
-	return system.Info{SecurityOptions: []string{"name=seccomp,profile=default"}, MemoryLimit: true, PidsLimit: true, CPUCfsQuota: true}, nil
+func (f *fakeAPI) Info(context.Context, client.InfoOptions) (client.SystemInfoResult, error) {
+	return client.SystemInfoResult{Info: system.Info{SecurityOptions: []string{"name=seccomp,profile=default"}, MemoryLimit: true, PidsLimit: true, CPUCfsQuota: true}}, nil
 }
-func (f *fakeAPI) ContainerCreate(context.Context, *container.Config, *container.HostConfig, *network.NetworkingConfig, *ocispec.Platform, string) (container.CreateResponse, error) {
+func (f *fakeAPI) ContainerCreate(context.Context, client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
 	f.created++
 	if f.created > 1 {
-		return container.CreateResponse{}, f.err
+		return client.ContainerCreateResult{}, f.err
 	}
-	return container.CreateResponse{ID: "c1"}, nil
+	return client.ContainerCreateResult{ID: "c1"}, nil
 }
-func (f *fakeAPI) ContainerStart(context.Context, string, container.StartOptions) error { return f.err }
-func (f *fakeAPI) ContainerInspect(context.Context, string) (container.InspectResponse, error) {
-	return container.InspectResponse{}, f.err
+func (f *fakeAPI) ContainerStart(context.Context, string, client.ContainerStartOptions) (client.ContainerStartResult, error) {
+	return client.ContainerStartResult{}, f.err
 }
-func (f *fakeAPI) ContainerList(context.Context, container.ListOptions) ([]container.Summary, error) {
-	return nil, nil
+func (f *fakeAPI) ContainerInspect(context.Context, string, client.ContainerInspectOptions) (client.ContainerInspectResult, error) {
+	return client.ContainerInspectResult{}, f.err
 }
-func (f *fakeAPI) ContainerLogs(context.Context, string, container.LogsOptions) (io.ReadCloser, error) {
+func (f *fakeAPI) ContainerList(context.Context, client.ContainerListOptions) (client.ContainerListResult, error) {
+	return client.ContainerListResult{}, nil
+}
+func (f *fakeAPI) ContainerLogs(context.Context, string, client.ContainerLogsOptions) (client.ContainerLogsResult, error) {
 	return nil, f.err
 }
-func (f *fakeAPI) ContainerStatsOneShot(context.Context, string) (container.StatsResponseReader, error) {
-	return container.StatsResponseReader{}, f.err
+func (f *fakeAPI) ContainerStats(context.Context, string, client.ContainerStatsOptions) (client.ContainerStatsResult, error) {
+	return client.ContainerStatsResult{}, f.err
 }
-func (f *fakeAPI) ContainerKill(context.Context, string, string) error { return nil }
+func (f *fakeAPI) ContainerKill(context.Context, string, client.ContainerKillOptions) (client.ContainerKillResult, error) {
+	return client.ContainerKillResult{}, nil
+}
 
-func (f *fakeAPI) ContainerRemove(_ context.Context, id string, _ container.RemoveOptions) error {
+func (f *fakeAPI) ContainerRemove(_ context.Context, id string, _ client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
 	f.removed = append(f.removed, id)
-	return nil
+	return client.ContainerRemoveResult{}, nil
 }
 func (f *fakeAPI) Close() error { return nil }
 

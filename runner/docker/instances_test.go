@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
@@ -86,13 +87,13 @@ type removing struct {
 	err error
 }
 
-func (f *removing) ContainerList(context.Context, container.ListOptions) ([]container.Summary, error) {
-	return []container.Summary{{ID: "c9", Labels: map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "gone", hostside.LabelSandbox: "s9",
-		hostside.LabelOwnerProc: "999999999:1"}}}, nil
+func (f *removing) ContainerList(context.Context, client.ContainerListOptions) (client.ContainerListResult, error) {
+	return client.ContainerListResult{Items: []container.Summary{{ID: "c9", Labels: map[string]string{hostside.LabelManaged: "true",
+		hostside.LabelOwner: "gone", hostside.LabelSandbox: "s9", hostside.LabelOwnerProc: "999999999:1"}}}}, nil
 }
 
-func (f *removing) ContainerRemove(context.Context, string, container.RemoveOptions) error {
-	return f.err
+func (f *removing) ContainerRemove(context.Context, string, client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
+	return client.ContainerRemoveResult{}, f.err
 }
 
 // An orphan another sandboxd is removing, or has removed, is gone: not an

@@ -6,8 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
@@ -21,15 +20,15 @@ import (
 func (r *Runner) Reap(ctx context.Context) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
-	list, err := r.api.ContainerList(cctx, container.ListOptions{
+	list, err := r.api.ContainerList(cctx, client.ContainerListOptions{
 		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", hostside.LabelManaged+"=true")),
+		Filters: make(client.Filters).Add("label", hostside.LabelManaged+"=true"),
 	})
 	if err != nil {
 		return 0, r.wrap("list containers", err)
 	}
-	found := make([]hostside.Found, 0, len(list))
-	for _, c := range list {
+	found := make([]hostside.Found, 0, len(list.Items))
+	for _, c := range list.Items {
 		found = append(found, hostside.Found{ID: c.ID, Labels: c.Labels, Created: time.Unix(c.Created, 0)})
 	}
 	reaped, live, err := r.host.ReapFound(ctx, found, r.removeContainer)
@@ -41,7 +40,7 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 func (r *Runner) removeContainer(ctx context.Context, id string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostside.RemoveTimeout)
 	defer cancel()
-	err := r.api.ContainerRemove(rctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	_, err := r.api.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !hostside.Gone(err) {
 		return r.wrap("remove container "+id, err)
 	}

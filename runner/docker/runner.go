@@ -24,7 +24,8 @@ import (
 	"net"
 	"strings"
 
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
@@ -58,7 +59,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	api, err := client.NewClientWithOpts(client.FromEnv, client.WithHost(cfg.Host), client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv, client.WithHost(cfg.Host), client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, fmt.Errorf("docker: client for %q: %w", cfg.Host, err)
 	}
@@ -91,10 +92,11 @@ func newRunner(ctx context.Context, cfg Config, api dockerAPI) (*Runner, error) 
 func (r *Runner) probe(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
-	info, err := r.api.Info(cctx)
+	res, err := r.api.Info(cctx, client.InfoOptions{})
 	if err != nil {
 		return r.wrap("docker info", err)
 	}
+	info := res.Info
 	// Network: NetworkEgress through the egress socket (egress.go).
 	r.caps = runner.Capabilities{PIDNamespace: true, MountNamespace: true, NetNamespace: true, Network: true}
 	for _, opt := range info.SecurityOptions {
@@ -126,6 +128,12 @@ var (
 	_ runner.Dependent  = (*Runner)(nil)
 	_ runner.ImageNamer = (*Runner)(nil)
 )
+
+// inspect is ContainerInspect's container.
+func (r *Runner) inspect(ctx context.Context, id string) (container.InspectResponse, error) {
+	res, err := r.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	return res.Container, err
+}
 
 // Dependencies implements runner.Dependent: the Docker daemon's address.
 func (r *Runner) Dependencies() []string { return []string{r.cfg.Host} }

@@ -11,7 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
@@ -119,7 +120,7 @@ func (s *Sandbox) killOnProtocolError() {
 	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
 	s.r.cfg.Logger.Warn("docker runner: agent broke the protocol; killing its sandbox", "sandbox", s.id, "err", cl.Err())
-	if err := s.r.api.ContainerKill(ctx, s.containerID, "KILL"); err != nil {
+	if _, err := s.r.api.ContainerKill(ctx, s.containerID, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		s.r.cfg.Logger.Warn("docker runner: kill sandbox", "sandbox", s.id, "err", err)
 	}
 }
@@ -151,10 +152,10 @@ func (s *Sandbox) deathNote(ctx context.Context, cause error) (*container.State,
 	if errors.Is(cause, agent.ErrProtocol) {
 		settle = time.Time{}
 	}
-	insp, err := s.r.api.ContainerInspect(cctx, s.containerID)
+	insp, err := s.r.inspect(cctx, s.containerID)
 	for err == nil && insp.State != nil && insp.State.Running && time.Now().Before(settle) {
 		time.Sleep(50 * time.Millisecond)
-		insp, err = s.r.api.ContainerInspect(cctx, s.containerID)
+		insp, err = s.r.inspect(cctx, s.containerID)
 	}
 	if err != nil {
 		return nil, " (" + s.r.wrap("inspect container", err).Error() + ")"
@@ -172,7 +173,7 @@ func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
-	rd, err := s.r.api.ContainerStatsOneShot(cctx, s.containerID)
+	rd, err := s.r.api.ContainerStats(cctx, s.containerID, client.ContainerStatsOptions{}) // one sample: one-shot
 	if err != nil {
 		return runner.Usage{}, hostside.CtxOr(ctx, s.r.wrap("container stats", err))
 	}
@@ -221,7 +222,7 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	}
 	if s.containerID != "" {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostside.RemoveTimeout)
-		err := s.r.api.ContainerRemove(cctx, s.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		_, err := s.r.api.ContainerRemove(cctx, s.containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		cancel()
 		if err != nil && !hostside.Gone(err) {
 			errs = append(errs, s.r.wrap("remove container "+s.containerID, err))
