@@ -118,6 +118,9 @@ func TestDockerOneShotAndReconcile(t *testing.T) {
 	// Only this server's containers count: another sandboxd may share
 	// the daemon.
 	pid := s.cmd.Process.Pid
+	if err := waitMetric(s.MetricsURL, "sandboxd_pool_ready{", func(v float64) bool { return v >= 1 }); err != nil {
+		t.Fatal(err)
+	}
 	if len(containersOf(t, "docker", pid)) == 0 {
 		t.Fatal("no pooled containers while sandboxd runs")
 	}
