@@ -72,8 +72,10 @@ type Runner struct {
 
 // LocalRunner configures the local (namespaces + cgroups) runner.
 type LocalRunner struct {
-	Rootfs    string `yaml:"rootfs" env:"SANDBOXD_ROOTFS" check:"abspath" default:"empty: a read-only view of the host's /usr /bin /sbin /lib* /etc" doc:"an unpacked image bound read-only as the sandbox root"`
-	AllowWeak bool   `yaml:"allow_weak" env:"SANDBOXD_ALLOW_WEAK" doc:"run sandboxes even where this host lacks an isolation feature (logged on every sandbox); off, such sandboxes are refused"`
+	Rootfs       string `yaml:"rootfs" env:"SANDBOXD_ROOTFS" check:"abspath" default:"empty: a read-only view of the host's /usr /bin /sbin /lib* /etc" doc:"an unpacked image bound read-only as the sandbox root (it needs /proc, /dev, /tmp and /run)"`
+	AllowWeak    bool   `yaml:"allow_weak" env:"SANDBOXD_ALLOW_WEAK" doc:"run sandboxes even where this host lacks an isolation feature but namespaces (cgroups, seccomp; logged on every sandbox); off, such sandboxes are refused"`
+	AgentPath    string `yaml:"agent_path" env:"SANDBOXD_AGENT_PATH" check:"abspath" default:"sandbox-agent next to sandboxd or on PATH" doc:"the static sandbox-agent binary, every sandbox's pid 1"`
+	LauncherPath string `yaml:"launcher_path" env:"SANDBOXD_LAUNCHER_PATH" check:"abspath" default:"sandbox-launch next to sandboxd or on PATH" doc:"the static sandbox-launch binary that builds each sandbox's isolation and starts the agent in it"`
 }
 
 // DockerRunner configures the Docker runner (runner.name: docker).

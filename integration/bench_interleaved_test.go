@@ -31,7 +31,7 @@ import (
 // and reports the median and 99th percentile of each.
 func BenchmarkSpawnInterleaved(b *testing.B) {
 	ctx := context.Background()
-	r, err := local.New(local.Config{StateDir: b.TempDir()})
+	r, err := local.New(local.Config{StateDir: b.TempDir(), AgentPath: agentPath, LauncherPath: launcherPath})
 	if err != nil {
 		b.Fatal(err)
 	}

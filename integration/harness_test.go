@@ -19,14 +19,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/sandboxd/sandboxd/runner/local"
 )
 
-var binPath, agentPath string
+var binPath, agentPath, launcherPath string
 
 func TestMain(m *testing.M) {
-	local.MaybeHelper()
 	if os.Geteuid() != 0 {
 		fmt.Println("integration tests need root (namespaces, cgroups)")
 		os.Exit(0)
@@ -37,7 +34,8 @@ func TestMain(m *testing.M) {
 	}
 	binPath = filepath.Join(dir, "sandboxd")
 	agentPath = filepath.Join(dir, "sandbox-agent")
-	for _, b := range []struct{ out, pkg string }{{binPath, "../cmd/sandboxd"}, {agentPath, "../cmd/sandbox-agent"}} {
+	launcherPath = filepath.Join(dir, "sandbox-launch") // found next to sandboxd, like the agent
+	for _, b := range []struct{ out, pkg string }{{binPath, "../cmd/sandboxd"}, {agentPath, "../cmd/sandbox-agent"}, {launcherPath, "../cmd/sandbox-launch"}} {
 		build := exec.Command("go", "build", "-o", b.out, b.pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stdout, build.Stderr = os.Stdout, os.Stderr

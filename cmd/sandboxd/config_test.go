@@ -258,10 +258,10 @@ func TestFindAgentOnPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"PATH": "relative/dir:" + dir}
-	if got := findAgent(func(k string) string { return env[k] }); got != agent {
-		t.Fatalf("findAgent = %q, want %q", got, agent)
+	if got := findBinary("sandbox-agent", func(k string) string { return env[k] }); got != agent {
+		t.Fatalf("findBinary = %q, want %q", got, agent)
 	}
-	if got := findAgent(func(string) string { return "" }); got != "" {
+	if got := findBinary("sandbox-agent", func(string) string { return "" }); got != "" {
 		t.Fatalf("findAgent without PATH = %q", got)
 	}
 }
