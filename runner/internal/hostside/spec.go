@@ -22,7 +22,7 @@ func validLabel(s string) bool { return validName(s, 128, true) }
 
 // validName is a hand-written matcher, not a regexp: every binary that
 // links this package compiles its package-level values at start, and the
-// local runner's helper re-executes the daemon's binary for every sandbox.
+// runners' hot paths start often.
 func validName(s string, max int, slash bool) bool {
 	if s == "" || len(s) > max {
 		return false

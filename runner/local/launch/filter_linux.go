@@ -48,4 +48,3 @@ func applyLandlock(cfg *Config) error {
 	}
 	return landlock.V7.BestEffort().RestrictPaths(rules...)
 }
-
