@@ -133,8 +133,8 @@ func TestConfigPrecedence(t *testing.T) {
 				return len(k) == 4 && k["key1"] == "tenantA" && k["key3"] == "tenantA" && k["key2"] == "tenantB" &&
 					k["solo"] == config.DefaultTenant && k["kx"] == ""
 			}},
-		{"pool off by default on the local runner", serveFlags{Set: map[string]string{"data-dir": "/d"}}, nil, 1000,
-			func(c *config.Config) bool { return *c.Pool.Size == 0 }},
+		{"pool of 2 by default on the local runner", serveFlags{Set: map[string]string{"data-dir": "/d"}}, nil, 1000,
+			func(c *config.Config) bool { return *c.Pool.Size == 2 }},
 		{"pool of 2 by default on the docker runner", serveFlags{Set: map[string]string{"data-dir": "/d"}}, map[string]string{"SANDBOXD_RUNNER": "docker", "SANDBOXD_AGENT_PATH": "/a"}, 1000,
 			func(c *config.Config) bool { return *c.Pool.Size == 2 }},
 		{"pool size from env", serveFlags{Set: map[string]string{"data-dir": "/d"}}, map[string]string{"SANDBOXD_POOL_SIZE": "5"}, 1000,
