@@ -35,6 +35,10 @@
 //
 // No user namespace is used: the runner must run as root.
 //
+// Cgroups v1 and v2 are found in the mount table (moby/sys/mountinfo).
+// This host binds its controllers to v1; the v2 path runs on a real v2
+// kernel in TestCgroupV2UML (user-mode Linux).
+//
 // Results: exit codes, signals and timeouts as the agent reports them; a
 // rise of the memory cgroup's OOM kill counter during a SIGKILLed Exec
 // sets OOMKilled (with concurrent Execs in one sandbox an OOM is reported
