@@ -129,11 +129,19 @@ func (l *launcher) wait(ctx context.Context) error {
 	return nil
 }
 
+// killWait bounds how long kill waits for the process to be reaped.
+const killWait = 10 * time.Second
+
 // kill ends the launcher (or the agent: the sandbox's init, whose death
-// takes every process of its pid namespace) and waits for it.
+// takes every process of its pid namespace) and waits for it, at most
+// killWait (a process stuck in the kernel must not hang Close; the
+// cgroup's removal then reports it).
 func (l *launcher) kill() {
 	_ = l.cmd.Process.Kill()
-	<-l.exited
+	select {
+	case <-l.exited:
+	case <-time.After(killWait):
+	}
 }
 
 // start launches the sandbox (its isolation, then the agent as its pid
