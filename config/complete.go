@@ -18,7 +18,7 @@ func (c *Config) Complete(getenv func(string) string, euid int) error {
 	}
 	if c.Pool.Size == nil {
 		// Creating a container costs ~200 ms, a local sandbox (launcher,
-		// mounts, agent start) ~15 ms: a one-shot call takes a ready one.
+		// mounts, agent start) ~17 ms: a one-shot call takes a ready one.
 		size := 2
 		c.Pool.Size = &size
 	}

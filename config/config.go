@@ -137,7 +137,7 @@ type Sessions struct {
 type Pool struct {
 	// Size is the ready sandboxes kept per pooled profile; 0 disables.
 	// Unset (nil) means the runner's default, see (*Config).Complete.
-	Size *int `yaml:"size" env:"SANDBOXD_POOL_SIZE" check:"nonnegative" default:"unset: 2 (a container takes ~200 ms to create, a local sandbox ~15 ms)" doc:"ready sandboxes per pooled profile (the default profile of python_repl and bash); 0 disables the pool"`
+	Size *int `yaml:"size" env:"SANDBOXD_POOL_SIZE" check:"nonnegative" default:"unset: 2 (a container takes ~200 ms to create, a local sandbox ~17 ms)" doc:"ready sandboxes per pooled profile (the default profile of python_repl and bash); 0 disables the pool"`
 	// MaxSandboxes caps the sandboxes alive (sessions, pooled, in use).
 	MaxSandboxes int `yaml:"max_sandboxes" env:"SANDBOXD_MAX_SANDBOXES" check:"positive" doc:"sandboxes alive at once (sessions, pooled and in use): the pool stops refilling and new sessions get 429 past it"`
 }
