@@ -54,6 +54,16 @@ func TestCompleteConfig(t *testing.T) {
 		*f.ReconcileInterval != 30*time.Second || *f.Logger == nil {
 		t.Fatalf("defaults: state dir %q, id %q, limits %+v, tmp %d, interval %v", stateDir, id, def, tmp, *f.ReconcileInterval)
 	}
+	// The operator's configured limits (its ceilings) are kept, above the
+	// built-in defaults too: only missing fields are filled.
+	big := runner.Limits{MemoryBytes: 4 << 30, PIDs: 4096}
+	a, s, i, tb := bin, "", "", int64(0)
+	if err := CompleteConfig("docker", fields(&a, &s, &i, &big, &tb)); err != nil {
+		t.Fatal(err)
+	}
+	if big.MemoryBytes != 4<<30 || big.PIDs != 4096 || big.CPUMillis != DefaultLimits.CPUMillis {
+		t.Errorf("configured limits above the built-in defaults: got %+v", big)
+	}
 	for _, tc := range []struct {
 		agent, id string
 		def       runner.Limits

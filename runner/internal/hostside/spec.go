@@ -137,7 +137,7 @@ func CompleteConfig(name string, f ConfigFields) error {
 	if err := ValidLimits(*f.Defaults); err != nil {
 		return fmt.Errorf("%s: Defaults: %w", name, err)
 	}
-	*f.Defaults = MergeLimits(*f.Defaults, DefaultLimits)
+	*f.Defaults = FillLimits(*f.Defaults, DefaultLimits)
 	if *f.Logger == nil {
 		*f.Logger = slog.New(slog.DiscardHandler)
 	}
