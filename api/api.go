@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api/dashboard"
 	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/internal/history"
 )
 
 // DefaultHeartbeat is the interval of SSE comment heartbeats.
@@ -39,6 +40,11 @@ type Options struct {
 	// nil: no such route. (/metrics is not the API's: the daemon serves it
 	// on its own listener, metrics_addr.)
 	Dashboard prometheus.Gatherer
+	// History, when set, serves GET /v1/dashboard/series: the console's
+	// overview charts from this process's in-memory history. Replica
+	// names this process in that answer (default: host name and pid).
+	History *history.History
+	Replica string
 	// Registerer receives the API's own metrics (requests by route and
 	// code, request duration); nil means they are not exported.
 	Registerer prometheus.Registerer
@@ -72,10 +78,12 @@ type server struct {
 //	GET  /healthz, /openapi.yaml                   (no auth)
 //	GET  /, /dashboard/*                           the dashboard's page (no auth; its data needs a key)
 //	GET  /v1/dashboard                             the dashboard's numbers, scoped to the caller
+//	GET  /v1/dashboard/series?window=              the console's charts (this process's history)
 //	POST /v1/jobs                                  submit (?wait)
-//	GET  /v1/jobs, /v1/jobs/{id} (?wait)           list, get
+//	GET  /v1/jobs, /v1/jobs/{id} (?wait)           list (filters), get; operator: every tenant's
 //	POST /v1/jobs/{id}/cancel
 //	GET  /v1/jobs/{id}/events                      server-sent events
+//	GET  /v1/jobs/{id}/timeline                    the persisted events with durations
 //	GET  /v1/tools, /v1/tools/{name} (?format)
 //	POST /v1/sessions, GET /v1/sessions, GET|DELETE /v1/sessions/{id}
 //	PUT|GET /v1/sessions/{id}/files/{path...}
@@ -102,13 +110,18 @@ func New(svc JobService, opts Options) http.Handler {
 	r.Method(http.MethodGet, dashboard.Prefix+"*", dashboard.Handler())
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(newAuthenticator(opts.Keys, opts.OperatorKeys).middleware(s))
-		r.With(s.requireTenant).Mount("/jobs", (&jobsResource{s}).Routes())
+		// Reads of jobs and sessions take an operator key too (every
+		// tenant's); what changes them needs a tenant's (requireTenant).
+		r.Mount("/jobs", (&jobsResource{s}).Routes())
 		r.Mount("/tools", (&toolsResource{s}).Routes())
 		if opts.Dashboard != nil {
 			r.Get("/dashboard", s.dashboardData)
 		}
+		if opts.History != nil {
+			r.Get("/dashboard/series", s.dashboardSeries)
+		}
 		if ss, ok := svc.(SessionService); ok {
-			r.With(s.requireTenant).Mount("/sessions", (&sessionsResource{server: s, ss: ss}).Routes())
+			r.Mount("/sessions", (&sessionsResource{server: s, ss: ss}).Routes())
 		}
 		if as, ok := svc.(ApprovalService); ok {
 			r.Mount("/approvals", (&approvalsResource{server: s, as: as}).Routes())

@@ -113,14 +113,16 @@ func TestDashboardScope(t *testing.T) {
 	}
 }
 
-// An operator key is no tenant: it runs no jobs and opens no sessions.
+// An operator key is no tenant: it runs no jobs, cancels none and opens
+// no sessions; it reads every tenant's jobs.
 func TestOperatorKeyIsNoTenant(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, Options{Keys: map[string]string{"key-a": "a"}, OperatorKeys: []string{"key-op"}})
+	h := newHarness(t, Options{Keys: map[string]string{"key-a": "a", "key-b": "b"}, OperatorKeys: []string{"key-op"}})
+	ja := h.submit(`{"tool":"echo","arguments":{"text":"a"}}`, "X-API-Key: key-a")
+	jb := h.submit(`{"tool":"echo","arguments":{"text":"b"}}`, "X-API-Key: key-b")
 	for _, r := range []struct{ method, path, body string }{
 		{"POST", "/v1/jobs", `{"tool":"echo","arguments":{"text":"hi"}}`},
-		{"GET", "/v1/jobs", ""},
-		{"GET", "/v1/jobs/job_x", ""},
+		{"POST", "/v1/jobs/" + ja + "/cancel", ""},
 	} {
 		rec := h.do(r.method, r.path, r.body, "X-API-Key: key-op")
 		if rec.Code != 403 || decodeErr(t, rec.Body.String()).Code != CodeForbidden {
@@ -129,6 +131,42 @@ func TestOperatorKeyIsNoTenant(t *testing.T) {
 	}
 	if rec := h.do("GET", "/v1/tools", "", "X-API-Key: key-op"); rec.Code != 200 {
 		t.Errorf("operator GET /v1/tools: %d", rec.Code)
+	}
+	list := func(key, query string) (int, []string) {
+		rec := h.do("GET", "/v1/jobs"+query, "", "X-API-Key: "+key)
+		var l jobList
+		_ = json.Unmarshal(rec.Body.Bytes(), &l)
+		var ids []string
+		for _, j := range l.Jobs {
+			ids = append(ids, j.ID)
+		}
+		return rec.Code, ids
+	}
+	if code, ids := list("key-op", ""); code != 200 || fmt.Sprint(ids) != fmt.Sprint([]string{jb, ja}) {
+		t.Errorf("operator GET /v1/jobs: %d %v, want both tenants' newest first", code, ids)
+	}
+	if code, ids := list("key-op", "?tenant=b"); code != 200 || fmt.Sprint(ids) != fmt.Sprint([]string{jb}) {
+		t.Errorf("operator GET /v1/jobs?tenant=b: %d %v", code, ids)
+	}
+	if code, ids := list("key-a", ""); code != 200 || fmt.Sprint(ids) != fmt.Sprint([]string{ja}) {
+		t.Errorf("tenant a GET /v1/jobs: %d %v", code, ids)
+	}
+	if code, _ := list("key-a", "?tenant=b"); code != 403 {
+		t.Errorf("tenant a GET /v1/jobs?tenant=b: %d, want 403", code)
+	}
+	if code, ids := list("key-a", "?tenant=a"); code != 200 || len(ids) != 1 {
+		t.Errorf("tenant a GET /v1/jobs?tenant=a: %d %v", code, ids)
+	}
+	for _, q := range []string{"?since=yesterday", "?until=2026-13-01T00:00:00Z", "?state=bogus"} {
+		if code, _ := list("key-op", q); code != 400 {
+			t.Errorf("GET /v1/jobs%s: %d, want 400", q, code)
+		}
+	}
+	if rec := h.do("GET", "/v1/jobs/"+jb, "", "X-API-Key: key-op"); rec.Code != 200 {
+		t.Errorf("operator GET a tenant's job: %d %s", rec.Code, rec.Body)
+	}
+	if rec := h.do("GET", "/v1/jobs/"+jb, "", "X-API-Key: key-a"); rec.Code != 404 {
+		t.Errorf("tenant a GET tenant b's job: %d, want 404", rec.Code)
 	}
 	if rec := h.do("GET", "/v1/jobs", "", "X-API-Key: key-a"); rec.Code != 200 {
 		t.Errorf("tenant GET /v1/jobs: %d", rec.Code)

@@ -24,7 +24,7 @@ var inlineTypes = map[string]bool{
 
 func (rs *artifacts) get(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
-	a, err := rs.as.Artifact(r.Context(), tenantFrom(r.Context()), chi.URLParam(r, "id"), name)
+	a, err := rs.as.Artifact(r.Context(), readScope(r.Context()), chi.URLParam(r, "id"), name)
 	if err != nil {
 		rs.writeError(w, r, err)
 		return

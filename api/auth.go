@@ -6,6 +6,8 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/job"
 )
 
 // principal is who a request authenticated as: a tenant (its jobs,
@@ -103,6 +105,15 @@ func (s *server) requireTenant(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readScope is the tenant whose jobs and sessions the caller reads: its
+// own, or every tenant's (job.AllTenants) for an operator key.
+func readScope(ctx context.Context) string {
+	if t := tenantFrom(ctx); t != "" {
+		return t
+	}
+	return job.AllTenants
 }
 
 func principalFrom(ctx context.Context) principal {

@@ -34,6 +34,7 @@ type submitBody struct {
 	IdempotencyKey string          `json:"idempotency_key"`
 	Limits         *limitsBody     `json:"limits"`
 	SessionID      string          `json:"session_id"`
+	CallbackURL    string          `json:"callback_url"`
 }
 
 // limitsBody are the per-request limits: any value up to the operator's
@@ -189,6 +190,10 @@ func decodeSubmit(data []byte, headerKey string) (job.SubmitRequest, error) {
 		return req, badRequest("session_id must be printable and at most 64 bytes")
 	}
 	req.SessionID = b.SessionID
+	if len(b.CallbackURL) > 2048 || !printable(b.CallbackURL) {
+		return req, badRequest("callback_url must be printable and at most 2048 bytes")
+	}
+	req.CallbackURL = b.CallbackURL
 	return req, nil
 }
 

@@ -31,6 +31,8 @@ type jobView struct {
 	Guard *guardView `json:"guard,omitempty"`
 	// Egress audits the sandbox's outbound connections (http effect).
 	Egress []job.EgressRecord `json:"egress,omitempty"`
+	// Callback is the completion webhook and its delivery attempts.
+	Callback *job.Callback `json:"callback,omitempty"`
 }
 
 func viewJob(j *job.Job) *jobView {
@@ -46,8 +48,17 @@ func viewJob(j *job.Job) *jobView {
 		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, SessionID: j.SessionID, Limits: limitsView(j.Limits),
 		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
-		Guard: viewGuard(j.Guard), Egress: j.Egress,
+		Guard: viewGuard(j.Guard), Egress: j.Egress, Callback: j.Callback,
 	}
+}
+
+// CallbackBody is the body of a job's completion callback: the job as GET
+// /v1/jobs/{id} shows it (job.Config.CallbackBody).
+func CallbackBody(j *job.Job) ([]byte, error) {
+	return json.Marshal(struct {
+		Type string   `json:"type"`
+		Job  *jobView `json:"job"`
+	}{"job.finished", viewJob(j)})
 }
 
 type jobList struct {

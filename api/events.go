@@ -32,7 +32,7 @@ func (rs *jobsResource) events(w http.ResponseWriter, r *http.Request) {
 		after = n
 	}
 	ctx := r.Context()
-	ch, err := rs.svc.Subscribe(ctx, tenantFrom(ctx), chi.URLParam(r, "id"))
+	ch, err := rs.svc.Subscribe(ctx, readScope(ctx), chi.URLParam(r, "id"))
 	if err != nil {
 		rs.writeError(w, r, err)
 		return

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -165,3 +166,17 @@ func needRegistry(t *testing.T, h *harness) {
 }
 
 var _ JobService = (*apitest.Fake)(nil)
+
+// submit posts a job with headers and returns its ID (fatal unless 2xx).
+func (h *harness) submit(body string, headers ...string) string {
+	h.t.Helper()
+	rec := h.do("POST", "/v1/jobs", body, headers...)
+	if rec.Code/100 != 2 {
+		h.t.Fatalf("submit %s: %d %s", body, rec.Code, rec.Body)
+	}
+	var v jobView
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+		h.t.Fatal(err)
+	}
+	return v.ID
+}

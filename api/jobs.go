@@ -21,12 +21,15 @@ type jobsResource struct{ *server }
 
 func (rs *jobsResource) Routes() chi.Router {
 	r := chi.NewRouter()
-	r.Post("/", rs.submit)
+	r.With(rs.requireTenant).Post("/", rs.submit)
 	r.Get("/", rs.list)
 	r.Route("/{id}", func(r chi.Router) {
 		r.Get("/", rs.get)
-		r.Post("/cancel", rs.cancel)
+		r.With(rs.requireTenant).Post("/cancel", rs.cancel)
 		r.Get("/events", rs.events)
+		if ts, ok := rs.svc.(TimelineService); ok {
+			r.Get("/timeline", (&timelines{rs.server, ts}).get)
+		}
 		if as, ok := rs.svc.(ArtifactService); ok {
 			r.Get("/artifacts/{name}", (&artifacts{rs.server, as}).get)
 		}
@@ -107,7 +110,7 @@ func (rs *jobsResource) get(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, err)
 		return
 	}
-	tenant := tenantFrom(r.Context())
+	tenant := readScope(r.Context())
 	j, err := rs.svc.Get(r.Context(), tenant, chi.URLParam(r, "id"))
 	if err != nil {
 		rs.writeError(w, r, err)
@@ -120,13 +123,16 @@ func (rs *jobsResource) get(w http.ResponseWriter, r *http.Request) {
 	rs.respondJob(w, r, tenant, j, wait)
 }
 
+// list: GET /v1/jobs?tool=&state=&session=&since=&until=&tenant=&limit=&cursor=,
+// newest first. since and until (RFC 3339) bound created_at; tenant is the
+// operator's filter (a tenant's key may name only itself).
 func (rs *jobsResource) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := job.ListFilter{Tool: q.Get("tool"), State: job.State(q.Get("state")), Cursor: q.Get("cursor")}
+	f := job.ListFilter{Tool: q.Get("tool"), State: job.State(q.Get("state")), SessionID: q.Get("session"), Cursor: q.Get("cursor")}
 	switch f.State {
-	case "", job.StateQueued, job.StateRunning, job.StateSucceeded, job.StateFailed, job.StateCancelled:
+	case "", job.StateQueued, job.StateRunning, job.StateSucceeded, job.StateFailed, job.StateCancelled, job.StatePendingApproval:
 	default:
-		rs.writeError(w, r, badRequest(fmt.Sprintf("state %q is not one of queued, running, succeeded, failed, cancelled", f.State)))
+		rs.writeError(w, r, badRequest(fmt.Sprintf("state %q is not one of queued, pending_approval, running, succeeded, failed, cancelled", f.State)))
 		return
 	}
 	var err error
@@ -134,7 +140,20 @@ func (rs *jobsResource) list(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, err)
 		return
 	}
-	jobs, next, err := rs.svc.List(r.Context(), tenantFrom(r.Context()), f)
+	if f.Since, err = parseTime("since", q.Get("since")); err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	if f.Until, err = parseTime("until", q.Get("until")); err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	scope, err := listScope(r)
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	jobs, next, err := rs.svc.List(r.Context(), scope, f)
 	if err != nil {
 		rs.writeError(w, r, err)
 		return
@@ -181,6 +200,38 @@ func parseWait(s string, max time.Duration) (time.Duration, error) {
 		}
 	}
 	return min(d, max), nil
+}
+
+// parseTime reads an RFC 3339 time of a list filter ("" → zero).
+func parseTime(name, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, badRequest(fmt.Sprintf("%s %q is not an RFC 3339 time like 2026-01-02T15:04:05Z", name, s))
+	}
+	return t, nil
+}
+
+// listScope is the tenant a list reads: ?tenant= for the operator (every
+// tenant without it); a tenant's key reads its own, and naming another
+// tenant is 403.
+func listScope(r *http.Request) (string, error) {
+	want := r.URL.Query().Get("tenant")
+	scope := readScope(r.Context())
+	switch {
+	case want == "":
+		return scope, nil
+	case scope == job.AllTenants:
+		if len(want) > 128 || want == job.AllTenants {
+			return "", badRequest(fmt.Sprintf("tenant %q is not a tenant name", want))
+		}
+		return want, nil
+	case want != scope:
+		return "", &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: "a tenant's key lists its own tenant's only"}
+	}
+	return scope, nil
 }
 
 // parseLimit reads a list's ?limit= (0 when absent: the service default).

@@ -23,16 +23,21 @@ type sessionsResource struct {
 
 func (rs *sessionsResource) Routes() chi.Router {
 	r := chi.NewRouter()
-	r.Post("/", rs.create)
+	// Listing and reading sessions take an operator key too (every
+	// tenant's); the rest needs the session's tenant.
+	r.With(rs.requireTenant).Post("/", rs.create)
 	r.Get("/", rs.list)
 	r.Route("/{id}", func(r chi.Router) {
 		r.Get("/", rs.get)
-		r.Delete("/", rs.remove)
-		r.Put("/files/*", rs.putFile)
-		r.Get("/files/*", rs.getFile)
-		r.Get("/files", rs.getFile)
-		r.Post("/archive", rs.putArchive)
-		r.Get("/archive", rs.getArchive)
+		r.Group(func(r chi.Router) {
+			r.Use(rs.requireTenant)
+			r.Delete("/", rs.remove)
+			r.Put("/files/*", rs.putFile)
+			r.Get("/files/*", rs.getFile)
+			r.Get("/files", rs.getFile)
+			r.Post("/archive", rs.putArchive)
+			r.Get("/archive", rs.getArchive)
+		})
 	})
 	return r
 }
@@ -61,6 +66,9 @@ type sessionView struct {
 	ExpiresAt          time.Time        `json:"expires_at"`
 	LastUsedAt         time.Time        `json:"last_used_at"`
 	ClosedAt           *time.Time       `json:"closed_at,omitempty"`
+	// Sandbox is the session's sandbox while the process that answers
+	// holds it open.
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 func viewSession(s *job.Session) *sessionView {
@@ -73,6 +81,7 @@ func viewSession(s *job.Session) *sessionView {
 		State: s.State, Reason: s.Reason,
 		TTLSeconds: int64(s.TTL / time.Second), IdleTimeoutSeconds: int64(s.IdleTimeout / time.Second),
 		CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, LastUsedAt: s.LastUsedAt, ClosedAt: s.ClosedAt,
+		Sandbox: s.Sandbox,
 	}
 }
 
@@ -142,7 +151,12 @@ func (rs *sessionsResource) list(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, err)
 		return
 	}
-	list, next, err := rs.ss.ListSessions(r.Context(), tenantFrom(r.Context()), f)
+	scope, err := listScope(r)
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	list, next, err := rs.ss.ListSessions(r.Context(), scope, f)
 	if err != nil {
 		rs.writeError(w, r, err)
 		return
@@ -155,7 +169,7 @@ func (rs *sessionsResource) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (rs *sessionsResource) get(w http.ResponseWriter, r *http.Request) {
-	s, err := rs.ss.GetSession(r.Context(), tenantFrom(r.Context()), chi.URLParam(r, "id"))
+	s, err := rs.ss.GetSession(r.Context(), readScope(r.Context()), chi.URLParam(r, "id"))
 	if err != nil {
 		rs.writeError(w, r, err)
 		return

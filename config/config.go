@@ -60,6 +60,8 @@ type Config struct {
 	Sessions     Sessions    `yaml:"sessions"`
 	Pool         Pool        `yaml:"pool"`
 	Retention    Retention   `yaml:"retention"`
+	Callbacks    Callbacks   `yaml:"callbacks"`
+	Console      Console     `yaml:"console"`
 }
 
 // Runner selects and configures the sandbox backend.
@@ -150,6 +152,32 @@ type Retention struct {
 	Interval time.Duration `yaml:"interval" check:"positive" doc:"the time between retention passes (and compactions)"`
 }
 
+// Callbacks configures completion webhooks: the callback_url a job may
+// carry, POSTed the final record when the job ends.
+type Callbacks struct {
+	// Secret signs the deliveries of tenants without their own
+	// callback_secret; with neither, a callback_url is refused (400).
+	Secret string `yaml:"secret" env:"SANDBOXD_CALLBACK_SECRET" default:"none" doc:"the HMAC-SHA256 key of the X-Sandboxd-Signature of completion callbacks for tenants without their own tenants[].callback_secret; without either a job's callback_url is refused with 400"`
+	// AllowPrivateCIDRs opens loopback, private or link-local networks to
+	// callback URLs (sandboxd's own addresses and 0.0.0.0/8 stay closed).
+	AllowPrivateCIDRs []string `yaml:"allow_private_cidrs" default:"none: callback URLs reach public addresses only" doc:"loopback, private or link-local networks (CIDRs) callback URLs may reach; a metadata address only as a single address (/32, /128); sandboxd's own listeners and 0.0.0.0/8 never"`
+	// Attempts bounds the deliveries of one callback; Backoff is the first
+	// delay between them (doubling); Timeout bounds one delivery.
+	Attempts int           `yaml:"attempts" check:"positive" doc:"deliveries of one callback before it is given up (the first included)"`
+	Backoff  time.Duration `yaml:"backoff" check:"positive" doc:"the delay before the second delivery, doubling after each failure"`
+	Timeout  time.Duration `yaml:"timeout" check:"positive" doc:"one delivery: connecting, sending and the receiver's answer"`
+}
+
+// Console configures the built-in console's history of the overview
+// charts, kept in memory by each sandboxd process.
+type Console struct {
+	// SampleInterval is the step of the fine ring (720 samples); the
+	// coarse ring (1440 samples) keeps one in 12.
+	SampleInterval time.Duration `yaml:"sample_interval" check:"positive" doc:"how often the console's charts sample the metrics: the last 720 samples are kept (1 h at 5s) and one in 12 of them for 1440 more (24 h), in memory, per process"`
+	// MaxSeries bounds the series the rings keep; later ones are dropped.
+	MaxSeries int `yaml:"max_series" check:"positive" doc:"series the console's history keeps (a metric per tenant and outcome, tool, effect or decision; a latency histogram is 23 series per tenant and tool); new series past it are not kept (the page says so). Memory: at most 8 bytes per series and sample, 2160 samples (17 MiB at 1000 series)"`
+}
+
 // Tenant names a tenant and the API keys that authenticate as it.
 type Tenant struct {
 	Name    string   `yaml:"name" default:"required" doc:"the tenant's name (no spaces, at most 128 bytes)"`
@@ -162,6 +190,8 @@ type Tenant struct {
 	// paths on the local runner) the tenant's sessions may name besides
 	// the runner's configured image; empty: that image only.
 	Images []string `yaml:"images" default:"none: only the runner's configured image (runner.docker.image, runner.containerd.image, runner.local.rootfs)" doc:"more images the tenant's sessions may name: references on the container runners (spellings of one image are equal: sandboxd/base = docker.io/sandboxd/base:latest), absolute rootfs paths on the local runner; anything else is a 400 naming the allowed ones, a malformed entry stops sandboxd at start"`
+	// CallbackSecret signs the completion callbacks of the tenant's jobs.
+	CallbackSecret string `yaml:"callback_secret" default:"callbacks.secret" doc:"the HMAC-SHA256 key of the X-Sandboxd-Signature of the tenant's completion callbacks (give it to the receiver)"`
 }
 
 // Tenants is the tenants list; from the environment it reads
@@ -187,5 +217,7 @@ func Defaults() Config {
 		},
 		Pool:      Pool{MaxSandboxes: 64},
 		Retention: Retention{MaxAge: 7 * 24 * time.Hour, MaxBytes: 1 << 30, Interval: time.Minute},
+		Callbacks: Callbacks{Attempts: 5, Backoff: time.Second, Timeout: 10 * time.Second},
+		Console:   Console{SampleInterval: 5 * time.Second, MaxSeries: 1000},
 	}
 }

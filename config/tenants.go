@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/policy"
@@ -76,4 +77,34 @@ func redact(s string) string {
 		return "**"
 	}
 	return s[:2] + strings.Repeat("*", min(len(s)-2, 8))
+}
+
+// CallbackSecrets maps each tenant to the key that signs its completion
+// callbacks: its own callback_secret, else callbacks.secret. A tenant
+// missing here (neither is set) may not give a callback_url.
+func (c *Config) CallbackSecrets() map[string]string {
+	out := map[string]string{}
+	for _, t := range c.Tenants {
+		if s := t.CallbackSecret; s != "" {
+			out[t.Name] = s
+		} else if c.Callbacks.Secret != "" {
+			out[t.Name] = c.Callbacks.Secret
+		}
+	}
+	if len(c.Tenants) == 0 && c.Callbacks.Secret != "" {
+		out[DefaultTenant] = c.Callbacks.Secret
+	}
+	return out
+}
+
+// CallbackPrefixes returns callbacks.allow_private_cidrs parsed (Validate
+// refuses bad entries).
+func (c *Config) CallbackPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range c.Callbacks.AllowPrivateCIDRs {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
 }

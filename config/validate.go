@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -106,6 +107,12 @@ func (c *Config) validate(bad func(string, ...any)) {
 	c.Limits.check(bad)
 	if ss := c.Sessions; ss.DefaultTTL > ss.MaxTTL {
 		bad("sessions.default_ttl %q: exceeds sessions.max_ttl %q", ss.DefaultTTL, ss.MaxTTL)
+	}
+
+	for i, c := range c.Callbacks.AllowPrivateCIDRs {
+		if pfx, err := netip.ParsePrefix(c); err != nil || pfx.Addr().Zone() != "" || pfx != pfx.Masked() {
+			bad("callbacks.allow_private_cidrs[%d] %q: want a CIDR like \"10.0.0.0/8\" without host bits or zone", i, c)
+		}
 	}
 
 	names := map[string]bool{}

@@ -35,6 +35,11 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 	if err != nil {
 		return nil, false, err
 	}
+	if req.CallbackURL != "" {
+		if err := s.checkCallbackURL(tenant, req.CallbackURL); err != nil {
+			return nil, false, err
+		}
+	}
 	key := req.IdempotencyKey
 	if key != "" {
 		if j, err := s.st.GetByIdempotencyKey(ctx, tenant, key); err == nil {
@@ -68,6 +73,9 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 		ID: ids.At("job_", now), Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
 		IdempotencyKey: key, Runner: runnerName, Limits: limits, SessionID: req.SessionID,
 		State: StateQueued, CreatedAt: now,
+	}
+	if req.CallbackURL != "" {
+		j.Callback = &Callback{URL: req.CallbackURL, State: CallbackPending}
 	}
 	var d policy.Decision
 	j.Guard, d = s.decide(j, tool, now)
@@ -111,13 +119,15 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 	return snap, true, nil
 }
 
-// Get returns a tenant's job; another tenant's job is ErrNotFound.
+// Get returns a tenant's job; another tenant's job is ErrNotFound. The
+// reads (Get, List, Wait, Subscribe, Artifact, GetSession, ListSessions)
+// take AllTenants for the operator, who sees every tenant's.
 func (s *Service) Get(ctx context.Context, tenant, id string) (*Job, error) {
 	j, err := s.st.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if j.Tenant != tenant {
+	if !visible(tenant, j.Tenant) {
 		return nil, fmt.Errorf("get job %s: %w", id, ErrNotFound)
 	}
 	return j, nil
@@ -138,6 +148,9 @@ func (s *Service) List(ctx context.Context, tenant string, f ListFilter) ([]*Job
 // waits, up to ctx or 10s, for it to be recorded as cancelled. A terminal
 // job is returned unchanged.
 func (s *Service) Cancel(ctx context.Context, tenant, id string) (*Job, error) {
+	if tenant == AllTenants {
+		return nil, fmt.Errorf("%w: cancel needs the job's tenant", ErrInvalid)
+	}
 	e := s.entry(id)
 	if e == nil {
 		j, err := s.Get(ctx, tenant, id)
@@ -197,6 +210,10 @@ func (s *Service) Cancel(ctx context.Context, tenant, id string) (*Job, error) {
 	}
 }
 
+// visible reports whether a caller of tenant (AllTenants: the operator)
+// may read what owner owns.
+func visible(tenant, owner string) bool { return tenant == owner || tenant == AllTenants }
+
 func markCancelled(j *Job) {
 	now := time.Now().UTC()
 	j.State, j.Reason, j.FinishedAt = StateCancelled, ReasonCancelled, &now
@@ -208,7 +225,7 @@ func markCancelled(j *Job) {
 func (s *Service) Wait(ctx context.Context, tenant, id string) (*Job, error) {
 	// A job this process still tracks is answered from memory: its done
 	// channel closes only after the terminal record is in the store.
-	if e := s.entry(id); e != nil && e.tenant() == tenant {
+	if e := s.entry(id); e != nil && visible(tenant, e.tenant()) {
 		select {
 		case <-e.done:
 			return e.snapshot(), nil

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -90,6 +91,22 @@ type Config struct {
 	// Default 1s.
 	WebhookClient  *http.Client
 	WebhookBackoff time.Duration
+	// Callbacks bounds completion callback deliveries (zero fields:
+	// config.Defaults().Callbacks). CallbackSecrets maps a tenant to the
+	// key signing its callbacks; a tenant not in it may not give a
+	// callback URL. CallbackPrivate are the private networks callback URLs
+	// may reach (callbacks.allow_private_cidrs).
+	Callbacks       config.Callbacks
+	CallbackSecrets map[string]string
+	CallbackPrivate []netip.Prefix
+	// CallbackClient delivers callbacks; default: one that dials through
+	// the address guard (netclass.Dialer) and follows no redirect. Tests
+	// may replace it only to count; the guard is what keeps a tenant out
+	// of private networks.
+	CallbackClient *http.Client
+	// CallbackBody encodes the POSTed body of a finished job; default
+	// DefaultCallbackBody (the daemon gives the API's job shape).
+	CallbackBody func(*Job) ([]byte, error)
 	// Egress gives the sandboxes of tools with the http effect their only
 	// way out; nil: such sandboxes are refused (internal error).
 	Egress EgressProvider
@@ -164,6 +181,13 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 	}
 	if c.WebhookBackoff == 0 {
 		c.WebhookBackoff = time.Second
+	}
+	config.Fill(&c.Callbacks, def.Callbacks)
+	if c.CallbackClient == nil {
+		c.CallbackClient = newCallbackClient(netclass.NewGuard(c.CallbackPrivate, c.Protected), c.Callbacks.Timeout)
+	}
+	if c.CallbackBody == nil {
+		c.CallbackBody = DefaultCallbackBody
 	}
 	if c.GuardLookback == 0 {
 		c.GuardLookback = c.Sessions.MaxTTL

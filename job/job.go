@@ -61,6 +61,9 @@ type Job struct {
 	Guard *GuardRecord `json:"guard,omitempty"`
 	// Egress is the audit of the sandbox's outbound connections.
 	Egress []EgressRecord `json:"egress,omitempty"`
+	// Callback is the completion webhook and its delivery attempts (nil:
+	// none was asked for); see callback.go.
+	Callback *Callback `json:"callback,omitempty"`
 }
 
 // SubmitRequest is a validated-at-the-edge request to run one tool call.
@@ -76,12 +79,21 @@ type SubmitRequest struct {
 	Limits runner.Limits
 	// SessionID, when set, runs the call in that session's sandbox.
 	SessionID string
+	// CallbackURL, when set, is POSTed the final record when the job ends
+	// (callback.go); checked at Submit (ErrInvalid).
+	CallbackURL string
 }
 
-// ListFilter selects jobs of one tenant, newest first.
+// ListFilter selects jobs of one tenant (AllTenants: of every tenant),
+// newest first.
 type ListFilter struct {
 	Tool  string
 	State State
+	// SessionID keeps the jobs of one session.
+	SessionID string
+	// Since and Until bound CreatedAt: Since <= CreatedAt < Until; zero:
+	// no bound.
+	Since, Until time.Time
 	// Limit defaults to 50, at most 500.
 	Limit int
 	// Cursor is the opaque next-page token from a previous List.

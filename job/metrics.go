@@ -38,6 +38,7 @@ type Metrics struct {
 	poolHits       prometheus.Counter
 	poolMisses     prometheus.Counter
 	webhooks       *prometheus.CounterVec
+	callbacks      *prometheus.CounterVec
 	// reg receives collectors made later by the service (pending
 	// approvals); nil: none registered.
 	reg prometheus.Registerer
@@ -104,9 +105,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "sandboxd_approval_webhooks_total",
 		Help: "Approval webhook deliveries by outcome (delivered, failed after retries).",
 	}, []string{"outcome"})
+	m.callbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandboxd_callback_deliveries_total",
+		Help: "Completion callback delivery attempts by tenant and outcome (delivered, failed: retried until callbacks.attempts, refused: the address guard refused the URL's address).",
+	}, []string{"tenant", "outcome"})
 	m.reg = reg
 	if reg != nil {
-		reg.MustRegister(m.webhooks)
+		reg.MustRegister(m.webhooks, m.callbacks)
 		reg.MustRegister(m.jobs, m.duration, m.effects, m.queueDepth, m.queueRejected, m.sandboxesAlive, m.inFlight,
 			m.sessionsActive, m.sessionsClosed, m.poolReady, m.poolHits, m.poolMisses)
 	}

@@ -245,6 +245,7 @@ func (s *Service) Start(ctx context.Context) error {
 				}
 			}
 			s.m.jobs.WithLabelValues(j.Tenant, j.Tool, j.Runner, OutcomeLost).Inc()
+			s.startCallback(j)
 			s.log.Warn("job lost in a restart", "job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
 		case StatePendingApproval:
 			if s.entry(j.ID) != nil {
@@ -458,6 +459,7 @@ func (s *Service) finished(e *entry, j *Job) {
 	// Once the finished event is durable the entry retires (retire).
 	e.events.emit(Event{Type: EventFinished, Time: *j.FinishedAt, Job: j})
 	close(e.done)
+	s.startCallback(j)
 	if j.SessionID != "" {
 		if ls := s.liveSession(j.SessionID); ls != nil {
 			ls.leave(j.ID)
@@ -493,6 +495,7 @@ func cloneJob(j *Job) *Job {
 		c.Guard = &g
 	}
 	c.Egress = slices.Clone(j.Egress)
+	c.Callback = cloneCallback(j.Callback)
 	if j.FinishedAt != nil {
 		t := *j.FinishedAt
 		c.FinishedAt = &t

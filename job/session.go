@@ -46,6 +46,9 @@ type Session struct {
 	ExpiresAt   time.Time     `json:"expires_at"`
 	LastUsedAt  time.Time     `json:"last_used_at"`
 	ClosedAt    *time.Time    `json:"closed_at,omitempty"`
+	// Sandbox is the ID of the session's sandbox while this process holds
+	// it open (not stored: another replica's, or a closed, session has none).
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // SessionRequest asks for a session. Zero fields take the service's

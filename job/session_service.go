@@ -39,7 +39,11 @@ type liveSession struct {
 func (ls *liveSession) snapshot() *Session {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	return cloneSession(ls.sess)
+	c := cloneSession(ls.sess)
+	if ls.sb != nil {
+		c.Sandbox = ls.sb.ID()
+	}
+	return c
 }
 
 func (ls *liveSession) changedLocked() {
@@ -307,13 +311,13 @@ func sessionEffects(req []tools.Effect) ([]tools.Effect, error) {
 // ErrSessionNotFound.
 func (s *Service) GetSession(ctx context.Context, tenant, id string) (*Session, error) {
 	if ls := s.liveSession(id); ls != nil {
-		if snap := ls.snapshot(); snap.Tenant == tenant {
+		if snap := ls.snapshot(); visible(tenant, snap.Tenant) {
 			return snap, nil
 		}
 		return nil, fmt.Errorf("session %s: %w", id, ErrSessionNotFound)
 	}
 	ss, err := s.st.GetSession(ctx, id)
-	if errors.Is(err, ErrNotFound) || (err == nil && ss.Tenant != tenant) {
+	if errors.Is(err, ErrNotFound) || (err == nil && !visible(tenant, ss.Tenant)) {
 		return nil, fmt.Errorf("session %s: %w", id, ErrSessionNotFound)
 	}
 	return ss, err

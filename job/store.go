@@ -25,8 +25,9 @@ type Store interface {
 	// Update replaces the mutable fields of the record with j's (all but
 	// ID, Tenant and CreatedAt); ErrNotFound when there is no such job.
 	Update(ctx context.Context, j *Job) error
-	// List returns a tenant's jobs newest first (CreatedAt, then ID),
-	// filtered by f.Tool and f.State. Limit <= 0 means 50; at most 500.
+	// List returns a tenant's (AllTenants: every tenant's) jobs newest
+	// first (CreatedAt, then ID), filtered by f.Tool, f.State, f.SessionID
+	// and the CreatedAt bounds f.Since (inclusive) and f.Until (exclusive). Limit <= 0 means 50; at most 500.
 	// next is the opaque cursor of the following page, "" on the last
 	// page. A malformed cursor is ErrInvalid.
 	List(ctx context.Context, tenant string, f ListFilter) (jobs []*Job, next string, err error)
@@ -41,8 +42,8 @@ type Store interface {
 	// UpdateSession replaces the mutable fields (state, reason,
 	// last_used_at, closed_at); ErrNotFound when there is no such session.
 	UpdateSession(ctx context.Context, s *Session) error
-	// ListSessions returns a tenant's sessions newest first, paginated
-	// like List.
+	// ListSessions returns a tenant's (AllTenants: every tenant's)
+	// sessions newest first, paginated like List.
 	ListSessions(ctx context.Context, tenant string, f SessionFilter) (sessions []*Session, next string, err error)
 	// ListOpenSessions returns every creating or active session.
 	ListOpenSessions(ctx context.Context) ([]*Session, error)

@@ -104,6 +104,10 @@ var migrations = []string{
 	);
 	CREATE INDEX IF NOT EXISTS jobs_finished
 		ON jobs (finished_at) WHERE state IN ('succeeded', 'failed', 'cancelled');`,
+	`ALTER TABLE jobs ADD COLUMN callback TEXT; -- JSON job.Callback, NULL when none
+	CREATE INDEX IF NOT EXISTS jobs_session_created
+		ON jobs (session_id, created_at) WHERE session_id != '';
+	CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at DESC, id DESC);`,
 }
 
 // migrate brings the schema to the latest version.

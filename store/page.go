@@ -17,9 +17,12 @@ type page struct {
 	// allTenants drops the tenant filter (the operator's approvals).
 	allTenants bool
 	// eq are equality filters, column → value; empty values are skipped.
-	eq     [][2]string
-	limit  int
-	cursor string
+	eq [][2]string
+	// since and until bound created_at (since <= created_at < until);
+	// zero: no bound.
+	since, until time.Time
+	limit        int
+	cursor       string
 }
 
 // listPage runs p and returns up to p.limit rows (default 50, at most 500)
@@ -42,6 +45,14 @@ func listPage[T any](ctx context.Context, db *sql.DB, p page, scan func(*sql.Row
 			where = append(where, f[0]+" = ?")
 			args = append(args, f[1])
 		}
+	}
+	if !p.since.IsZero() {
+		where = append(where, "created_at >= ?")
+		args = append(args, p.since.UnixNano())
+	}
+	if !p.until.IsZero() {
+		where = append(where, "created_at < ?")
+		args = append(args, p.until.UnixNano())
 	}
 	if p.cursor != "" {
 		ts, id, err := decodeCursor(p.cursor)

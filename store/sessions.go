@@ -65,7 +65,7 @@ func (s *SQLite) UpdateSession(ctx context.Context, ss *job.Session) error {
 // ListSessions implements job.Store.
 func (s *SQLite) ListSessions(ctx context.Context, tenant string, f job.SessionFilter) ([]*job.Session, string, error) {
 	return listPage(ctx, s.db, page{
-		what: "sessions", table: "sessions", columns: sessionColumns, tenant: tenant,
+		what: "sessions", table: "sessions", columns: sessionColumns, tenant: tenant, allTenants: tenant == job.AllTenants,
 		eq:    [][2]string{{"state", string(f.State)}},
 		limit: f.Limit, cursor: f.Cursor,
 	}, scanSessions, func(x *job.Session) (time.Time, string) { return x.CreatedAt, x.ID })

@@ -180,7 +180,7 @@ func (f *Fake) Finish(id string, res *tools.Result) {
 
 func (f *Fake) lookupLocked(tenant, id string) (*entry, error) {
 	e, ok := f.jobs[id]
-	if !ok || e.j.Tenant != tenant {
+	if !ok || (e.j.Tenant != tenant && tenant != job.AllTenants) {
 		return nil, fmt.Errorf("%w: %s", job.ErrNotFound, id)
 	}
 	return e, nil
@@ -234,7 +234,9 @@ func (f *Fake) List(ctx context.Context, tenant string, lf job.ListFilter) ([]*j
 	var matched int
 	for i := len(f.order) - 1; i >= 0; i-- {
 		j := f.jobs[f.order[i]].j
-		if j.Tenant != tenant || (lf.Tool != "" && j.Tool != lf.Tool) || (lf.State != "" && j.State != lf.State) {
+		if (j.Tenant != tenant && tenant != job.AllTenants) || (lf.Tool != "" && j.Tool != lf.Tool) || (lf.State != "" && j.State != lf.State) ||
+			(lf.SessionID != "" && j.SessionID != lf.SessionID) || (!lf.Since.IsZero() && j.CreatedAt.Before(lf.Since)) ||
+			(!lf.Until.IsZero() && !j.CreatedAt.Before(lf.Until)) {
 			continue
 		}
 		matched++

@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/history"
 	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/policy"
@@ -104,6 +105,13 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RunnerName:  cfg.Runner.Name,
 		Logger:      log.With("component", "job"),
 		Metrics:     job.NewMetrics(promReg),
+		// Completion callbacks: signed per tenant, dialled through the
+		// same address guard as egress (callbacks.allow_private_cidrs,
+		// never sandboxd's own addresses), the body the API's job shape.
+		Callbacks:       cfg.Callbacks,
+		CallbackSecrets: cfg.CallbackSecrets(),
+		CallbackPrivate: cfg.CallbackPrefixes(),
+		CallbackBody:    api.CallbackBody,
 	}, st, reg, r)
 	if err != nil {
 		return err
@@ -112,7 +120,15 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	// The console's overview charts: this process's metrics, sampled
+	// into bounded rings in memory (internal/history).
+	hist := history.New(promReg, history.Options{Interval: cfg.Console.SampleInterval, MaxSeries: cfg.Console.MaxSeries})
+	histCtx, stopHistory := context.WithCancel(ctx)
+	defer stopHistory()
+	go hist.Run(histCtx)
+
 	handler := api.New(svc, api.Options{
+		History:      hist,
 		Keys:         cfg.APIKeys(),
 		OperatorKeys: cfg.OperatorKeys,
 		API:          cfg.API,
