@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"time"
@@ -112,8 +113,8 @@ func (s *Service) callbackGuard() *netclass.Guard {
 
 // newCallbackClient is the client of callback deliveries: it dials only
 // where the guard allows and follows no redirect.
-func newCallbackClient(g *netclass.Guard, timeout time.Duration) *http.Client {
-	d := &netclass.Dialer{Guard: g, Timeout: timeout}
+func newCallbackClient(g *netclass.Guard, lookup func(context.Context, string) ([]netip.Addr, error), timeout time.Duration) *http.Client {
+	d := &netclass.Dialer{Guard: g, Lookup: lookup, Timeout: timeout}
 	return &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{

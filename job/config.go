@@ -1,6 +1,7 @@
 package job
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -104,6 +105,9 @@ type Config struct {
 	// may replace it only to count; the guard is what keeps a tenant out
 	// of private networks.
 	CallbackClient *http.Client
+	// CallbackLookup resolves callback host names for the default client;
+	// nil: the system resolver (tests resolve names without DNS).
+	CallbackLookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	// CallbackBody encodes the POSTed body of a finished job; default
 	// DefaultCallbackBody (the daemon gives the API's job shape).
 	CallbackBody func(*Job) ([]byte, error)
@@ -184,7 +188,7 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 	}
 	config.Fill(&c.Callbacks, def.Callbacks)
 	if c.CallbackClient == nil {
-		c.CallbackClient = newCallbackClient(netclass.NewGuard(c.CallbackPrivate, c.Protected), c.Callbacks.Timeout)
+		c.CallbackClient = newCallbackClient(netclass.NewGuard(c.CallbackPrivate, c.Protected), c.CallbackLookup, c.Callbacks.Timeout)
 	}
 	if c.CallbackBody == nil {
 		c.CallbackBody = DefaultCallbackBody

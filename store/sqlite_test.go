@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -287,5 +288,70 @@ func TestConcurrentWriters(t *testing.T) {
 		if j.State != job.StateRunning || j.Attempts != 1 {
 			t.Errorf("job %s: state %s attempts %d, want running 1", j.ID, j.State, j.Attempts)
 		}
+	}
+}
+
+// The console's filters: every tenant's jobs (AllTenants), one session's,
+// a created_at range; and a job's callback record round-trips.
+func TestListFiltersAndCallback(t *testing.T) {
+	t.Parallel()
+	s, _ := openTemp(t)
+	ctx := t.Context()
+	for i, tenant := range []string{"a", "b", "a", "b"} {
+		j := newJob(fmt.Sprintf("job_%d", i), tenant, base.Add(time.Duration(i)*time.Minute))
+		if i >= 2 {
+			j.SessionID = "ses_1"
+		}
+		if i == 3 {
+			j.Callback = &job.Callback{URL: "https://example.com/hook", State: job.CallbackPending}
+		}
+		if err := s.Create(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(tenant string, f job.ListFilter) string {
+		t.Helper()
+		jobs, _, err := s.List(ctx, tenant, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, j := range jobs {
+			out = append(out, j.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		tenant string
+		f      job.ListFilter
+		want   string
+	}{
+		{job.AllTenants, job.ListFilter{}, "job_3,job_2,job_1,job_0"},
+		{"a", job.ListFilter{}, "job_2,job_0"},
+		{job.AllTenants, job.ListFilter{SessionID: "ses_1"}, "job_3,job_2"},
+		{"b", job.ListFilter{SessionID: "ses_1"}, "job_3"},
+		{job.AllTenants, job.ListFilter{Since: base.Add(time.Minute), Until: base.Add(3 * time.Minute)}, "job_2,job_1"},
+		{job.AllTenants, job.ListFilter{Since: base.Add(time.Hour)}, ""},
+		{job.AllTenants, job.ListFilter{Limit: 2}, "job_3,job_2"},
+	} {
+		if got := ids(tc.tenant, tc.f); got != tc.want {
+			t.Errorf("List(%q, %+v) = %s, want %s", tc.tenant, tc.f, got, tc.want)
+		}
+	}
+	j, err := s.Get(ctx, "job_3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Callback.State = job.CallbackDelivered
+	j.Callback.Attempts = []job.CallbackAttempt{{At: base, DurationMS: 3, Status: 204}}
+	if err := s.Update(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, "job_3")
+	if err != nil || got.Callback == nil || got.Callback.State != job.CallbackDelivered || len(got.Callback.Attempts) != 1 || got.Callback.Attempts[0].Status != 204 {
+		t.Errorf("callback after update: %+v (%v)", got.Callback, err)
+	}
+	if got, _ := s.Get(ctx, "job_0"); got.Callback != nil {
+		t.Errorf("job without a callback reads back %+v", got.Callback)
 	}
 }

@@ -1,5 +1,9 @@
-// Package dashboard serves sandboxd's built-in web dashboard: one HTML page
-// and its script and style, embedded in the binary, served without a key.
+// Package dashboard serves sandboxd's built-in web console: one HTML page,
+// its scripts and style and the vendored chart library (static/vendor:
+// uPlot, MIT), embedded in the binary, served without a key. console.js
+// adds the views beside the overview: the charts of /v1/dashboard/series,
+// the jobs list and a job's page (its events streamed while it runs),
+// sessions and approvals, all read through the API with the user's key.
 // With the API key the user pastes (kept in sessionStorage, sent as a
 // Bearer token) the page polls GET /v1/dashboard every two seconds, the
 // sandboxd_* metrics scoped to that key, and parses the Prometheus text
@@ -29,7 +33,7 @@ const Prefix = "/dashboard/"
 
 // contentSecurityPolicy allows the page to load only its own assets and to
 // talk only to its own origin.
-const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; " +
 	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // Assets returns the embedded files, rooted so that "index.html" is the page.

@@ -62,9 +62,11 @@ type History struct {
 }
 
 // key names a series: a metric reduced to the tenant and one more label;
-// le is a histogram bucket's bound (NaN: not a bucket; +Inf included).
+// le is a histogram bucket's bound (+Inf included) when bucket is set.
+// (No NaN in a map key: NaN != NaN.)
 type key struct {
 	metric, tenant, label string
+	bucket                bool
 	le                    float64
 	count                 bool // a histogram's _count
 }
@@ -168,7 +170,7 @@ func (h *History) Sample() {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			k := key{metric: f.GetName(), le: math.NaN()}
+			k := key{metric: f.GetName()}
 			for _, l := range m.GetLabel() {
 				switch l.GetName() {
 				case "tenant":
@@ -182,11 +184,11 @@ func (h *History) Sample() {
 				hist := m.GetHistogram()
 				for _, b := range hist.GetBucket() {
 					bk := k
-					bk.le = b.GetUpperBound()
+					bk.bucket, bk.le = true, b.GetUpperBound()
 					vals[bk] += float64(b.GetCumulativeCount())
 				}
 				inf := k
-				inf.le = math.Inf(1)
+				inf.bucket, inf.le = true, math.Inf(1)
 				vals[inf] += float64(hist.GetSampleCount())
 				ck := k
 				ck.count = true
@@ -250,6 +252,9 @@ func less(a, b key) bool {
 	}
 	if a.count != b.count {
 		return !a.count
+	}
+	if a.bucket != b.bucket {
+		return !a.bucket
 	}
 	return a.le < b.le
 }

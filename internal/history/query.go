@@ -75,7 +75,7 @@ func (h *History) Query(window time.Duration, sc Scope) Charts {
 	defer h.mu.Unlock()
 	now := h.opts.Now()
 	ring := &h.fine
-	if window > h.opts.Interval*time.Duration(FineSamples-1) {
+	if window > h.opts.Interval*time.Duration(FineSamples) {
 		ring = &h.coarse
 	}
 	samples := ring.since(now.Add(-window))
@@ -182,7 +182,7 @@ func delta(a, b sample, i int) (float64, bool) {
 }
 
 func (q query) rates(metric string, name func(key) string) []Series {
-	names, g := q.groups(metric, name, func(k key) bool { return math.IsNaN(k.le) && !k.count })
+	names, g := q.groups(metric, name, func(k key) bool { return !k.bucket && !k.count })
 	out := []Series{}
 	for _, n := range names {
 		s := Series{Name: n, Values: make([]Value, 0, len(q.pts))}
@@ -239,7 +239,7 @@ var Quantiles = []struct {
 
 func (q query) latency() []Series {
 	tools, g := q.groups("sandboxd_job_duration_seconds", func(k key) string { return k.label },
-		func(k key) bool { return !math.IsNaN(k.le) })
+		func(k key) bool { return k.bucket })
 	out := []Series{}
 	for _, tool := range tools {
 		per := make([][]Value, len(Quantiles))

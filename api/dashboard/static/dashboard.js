@@ -429,6 +429,7 @@
       if (!seen.has(id) && !li.dataset.busy) { li.remove(); rows.delete(id); }
     });
     $("approvals-note").textContent = list.length + " pending";
+    $("nav-approvals").textContent = list.length ? String(list.length) : "";
     $("approvals-note").dataset.value = String(list.length);
     if (list.length === 0 && !ul.firstChild) {
       var empty = document.createElement("li");
