@@ -266,7 +266,7 @@ operator_keys: [key-op]
 			t.Fatal(err)
 		}
 	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(s.URL+"/")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.URL+"/#/approvals")); err != nil {
 		t.Fatal(err)
 	}
 	useKey("key-alice")

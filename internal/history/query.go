@@ -74,8 +74,10 @@ func (h *History) Query(window time.Duration, sc Scope) Charts {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.opts.Now()
+	// The fine ring while it covers the window, or still holds every
+	// sample taken; the coarse one for longer windows.
 	ring := &h.fine
-	if window > h.opts.Interval*time.Duration(FineSamples) {
+	if window > h.opts.Interval*time.Duration(FineSamples) && h.fine.full {
 		ring = &h.coarse
 	}
 	samples := ring.since(now.Add(-window))

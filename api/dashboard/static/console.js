@@ -136,7 +136,9 @@
     rows.forEach(function (r) {
       if (!r) return;
       var v = r[1];
-      body.appendChild(el("tr", { data: r[2] || {} }, [el("th", { text: r[0] }), el("td", {}, [v instanceof Node ? v : document.createTextNode(v === undefined || v === null || v === "" ? DASH : String(v))])]));
+      var data = r[2] || {};
+      data.key = r[0];
+      body.appendChild(el("tr", { data: data }, [el("th", { text: r[0] }), el("td", {}, [v instanceof Node ? v : document.createTextNode(v === undefined || v === null || v === "" ? DASH : String(v))])]));
     });
     t.appendChild(body);
     return t;
@@ -254,6 +256,7 @@
     var box = $("charts");
     var last = d.times.length ? d.times[d.times.length - 1] : 0;
     box.dataset.sampledAt = String(last);
+    box.dataset.firstAt = String(d.times.length ? d.times[0] : 0);
     box.dataset.replica = d.replica;
     box.dataset.window = String(d.window_seconds);
     $("charts-note").textContent = "replica " + d.replica + " · " + d.scope + " · a point every " + fmtMs(d.step_seconds * 1000) +
@@ -295,11 +298,13 @@
       var body = clear(card.querySelector(".legend tbody"));
       if (c.series.length === 0) body.appendChild(el("tr", {}, [el("td", { className: "empty", text: "no data yet for this key" })]));
       c.series.forEach(function (s, i) {
-        var lastV = null, maxV = null;
-        s.values.forEach(function (v) { if (v !== null) { lastV = v; if (maxV === null || v > maxV) maxV = v; } });
+        // "now" is the value at the newest point (none: no job ended in
+        // that step, for a latency), "max" the highest in the window.
+        var lastV = s.values.length ? s.values[s.values.length - 1] : null, maxV = null;
+        s.values.forEach(function (v) { if (v !== null && (maxV === null || v > maxV)) maxV = v; });
         var sw = el("span", { className: "swatch" });
         sw.style.background = COLORS[i % COLORS.length];
-        var lastCell = el("td", { className: "num", text: fmtValue(lastV, c.unit), data: { value: lastV === null ? "" : String(lastV), what: "last" } });
+        var lastCell = el("td", { className: "num", text: "now " + fmtValue(lastV, c.unit), data: { value: lastV === null ? "" : String(lastV), what: "last" } });
         var maxCell = el("td", { className: "num", text: "max " + fmtValue(maxV, c.unit), data: { value: maxV === null ? "" : String(maxV), what: "max" } });
         body.appendChild(el("tr", { data: { series: s.name } }, [el("td", {}, [sw, s.name]), lastCell, maxCell]));
       });
