@@ -273,6 +273,12 @@ func testConsoleCharts(t *testing.T, ctx context.Context, s *server, key string)
 	}
 	compare("1h")
 	screenshot(t, ctx, "console-overview.png")
+	// The README's picture: the top of the overview, as a person sees it.
+	if buf, err := chromedp.Run(ctx, chromedp.CaptureScreenshot()); err != nil {
+		t.Errorf("screenshot: %v", err)
+	} else {
+		saveArtifact(t, "console.png", buf)
+	}
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#windows button[data-window="5m"]`))); err != nil {
 		t.Fatal(err)
 	}

@@ -452,16 +452,23 @@ func waitJS(t *testing.T, ctx context.Context, cond string, timeout time.Duratio
 // ($SANDBOXD_ARTIFACTS, default /tmp/sandboxd-artifacts) and logs its path.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
+	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+	if err != nil {
+		t.Errorf("screenshot: %v", err)
+		return
+	}
+	saveArtifact(t, name, buf)
+}
+
+// saveArtifact writes a test's output file into $SANDBOXD_ARTIFACTS
+// (default /tmp/sandboxd-artifacts) and logs its path.
+func saveArtifact(t *testing.T, name string, buf []byte) {
+	t.Helper()
 	dir := os.Getenv("SANDBOXD_ARTIFACTS")
 	if dir == "" {
 		dir = "/tmp/sandboxd-artifacts"
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Errorf("screenshot: %v", err)
-		return
-	}
-	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
-	if err != nil {
 		t.Errorf("screenshot: %v", err)
 		return
 	}

@@ -91,6 +91,7 @@
 
   function fmtMs(ms) {
     if (ms === null || ms === undefined || !isFinite(ms)) return DASH;
+    if (ms === 0) return "0 ms";
     if (ms < 1) return ms.toFixed(3) + " ms";
     if (ms < 1000) return ms.toFixed(ms < 10 ? 2 : 0) + " ms";
     if (ms < 120000) return (ms / 1000).toFixed(2) + " s";
@@ -107,7 +108,7 @@
 
   function fmtValue(v, unit) {
     if (v === null || v === undefined || !isFinite(v)) return DASH;
-    if (unit === "s") return fmtMs(v * 1000);
+    if (unit === "s") return v === 0 ? "0" : fmtMs(v * 1000);
     var a = Math.abs(v);
     var s = a === 0 ? "0" : a >= 100 ? v.toFixed(0) : a >= 1 ? v.toFixed(2) : v.toPrecision(3);
     return s + (unit === "/s" ? "/s" : "");
@@ -284,7 +285,10 @@
           axes: [{ stroke: "#6b7480", grid: { stroke: "#eef0f3" } },
             { stroke: "#6b7480", grid: { stroke: "#eef0f3" }, size: 60, values: function (u, vals) { return vals.map(function (v) { return fmtValue(v, c.unit); }); } }],
           series: [{}].concat(c.series.map(function (s, i) {
-            return { label: s.name, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: false, points: { show: false } };
+            // Latencies exist only where a job ended: draw the points,
+            // which stand alone between gaps.
+            return { label: s.name, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: false,
+              points: { show: c.unit === "s", size: 5, fill: COLORS[i % COLORS.length] } };
           }))
         };
         p = { plot: new window.uPlot(opts, data, plotBox), names: names };
