@@ -306,7 +306,9 @@ func testConsoleJobs(t *testing.T, ctx context.Context, s *server, bashID string
 		}
 		return out
 	}
-	loaded := func() int { return evalJS[int](t, ctx, `Number(document.getElementById('job-list').dataset.loaded || 0)`) }
+	loaded := func() int {
+		return evalJS[int](t, ctx, `Number(document.getElementById('job-list').dataset.loaded || 0)`)
+	}
 	check := func(key, query string) {
 		t.Helper()
 		n := loaded()
