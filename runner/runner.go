@@ -174,6 +174,28 @@ type Limits struct {
 	OutputBytes int64 `json:"output_bytes,omitempty"`
 	NoFile      int64 `json:"nofile,omitempty"`
 	FileSize    int64 `json:"file_size_bytes,omitempty"`
+	// DiskBytes and DiskInodes bound every writable path of the sandbox,
+	// each on its own: the workspace (a filesystem of this size and inode
+	// count, which the job service makes: internal/workspace) and the
+	// /tmp and /dev/shm tmpfs (see Tmpfs).
+	DiskBytes  int64 `json:"disk_bytes,omitempty"`
+	DiskInodes int64 `json:"disk_inodes,omitempty"`
+}
+
+// Tmpfs is the size= and nr_inodes= of a sandbox's writable tmpfs mounts
+// (/tmp, /dev/shm) for a runner whose own cap is tmpBytes: at most
+// tmpBytes and DiskBytes, at most DiskInodes files and one per 4 KiB of
+// the size (as on the workspace's filesystem).
+func (l Limits) Tmpfs(tmpBytes int64) (size, inodes int64) {
+	size = tmpBytes
+	if l.DiskBytes > 0 && (size <= 0 || l.DiskBytes < size) {
+		size = l.DiskBytes
+	}
+	inodes = max(size/4096, 1)
+	if l.DiskInodes > 0 {
+		inodes = min(inodes, l.DiskInodes)
+	}
+	return size, inodes
 }
 
 // Process is one command to run inside a sandbox.

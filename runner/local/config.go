@@ -124,6 +124,12 @@ func mergeLimits(l, d runner.Limits) runner.Limits {
 	if l.FileSize <= 0 {
 		l.FileSize = d.FileSize
 	}
+	if l.DiskBytes <= 0 {
+		l.DiskBytes = d.DiskBytes
+	}
+	if l.DiskInodes <= 0 {
+		l.DiskInodes = d.DiskInodes
+	}
 	return l
 }
 

@@ -33,7 +33,8 @@ type helperConfig struct {
 	Rootfs      string   `json:"rootfs"` // "" = host system dirs
 	Workspace   string   `json:"workspace,omitempty"`
 	WorkspaceRO bool     `json:"workspace_ro,omitempty"`
-	TmpBytes    int64    `json:"tmp_bytes"`
+	TmpBytes    int64    `json:"tmp_bytes"`  // size= of /tmp and /dev/shm
+	TmpInodes   int64    `json:"tmp_inodes"` // their nr_inodes=
 	Args        []string `json:"args"`
 	Env         []string `json:"env"`
 	Dir         string   `json:"dir"`

@@ -208,11 +208,13 @@ func (s *Sandbox) helperConfig(p runner.Process) helperConfig {
 			dir = s.spec.Workspace + rest
 		}
 	}
+	tmpBytes, tmpInodes := s.limits.Tmpfs(s.r.cfg.TmpBytes)
 	cfg := helperConfig{
 		Mounts:       caps.MountNamespace,
 		Root:         s.stateDir + "/root",
 		Rootfs:       s.rootfs,
-		TmpBytes:     s.r.cfg.TmpBytes,
+		TmpBytes:     tmpBytes,
+		TmpInodes:    tmpInodes,
 		Args:         p.Args,
 		Env:          env,
 		Dir:          dir,
