@@ -29,6 +29,7 @@ const (
 	CodeSessionLimit     = "session_limit"
 	CodeSessionClosed    = "session_closed"
 	CodeUnsupported      = "unsupported"
+	CodeWorkspaceFull    = "workspace_full"
 )
 
 // Error is an API error: an HTTP status and the JSON error body. Handlers
@@ -90,6 +91,10 @@ func (s *server) classify(err error) *Error {
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeUnsupported, Message: err.Error()}
 	case errors.Is(err, job.ErrTooLarge):
 		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Message: err.Error()}
+	case errors.Is(err, job.ErrNoSpace):
+		// The session's disk limit, not a fault of the server: 507 as a
+		// WebDAV server answers a full quota.
+		return &Error{Status: http.StatusInsufficientStorage, Code: CodeWorkspaceFull, Message: err.Error()}
 	case errors.Is(err, job.ErrInvalid):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: err.Error()}
 	case errors.Is(err, job.ErrConflict):
@@ -110,10 +115,11 @@ func (s *server) classify(err error) *Error {
 }
 
 // writeError classifies err and writes the JSON error body. Server errors
-// are logged with the request ID; their text never reaches the client.
+// (but 507, a full workspace: the client's limit) are logged with the
+// request ID; their text never reaches the client.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := s.classify(err)
-	if e.Status >= 500 {
+	if e.Status >= 500 && e.Status != http.StatusInsufficientStorage {
 		logger(r.Context(), s.log).Error("request failed", "status", e.Status, "err", err)
 	}
 	if e.RetryAfter > 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/netclass"
+	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
@@ -31,8 +32,15 @@ type Config struct {
 	// in-process tools have no runner default to fall back on.
 	Defaults runner.Limits
 	// WorkDir holds the job workspaces (WorkDir/<job-id>, removed when the
-	// job ends). Default $TMPDIR/sandboxd/work. Created if missing.
+	// job ends). Default $TMPDIR/sandboxd/work, or Workspaces.Root().
+	// Created if missing.
 	WorkDir string
+	// Workspaces makes the workspaces of sandboxes (one-shot, pooled,
+	// sessions) under WorkDir, bounded by each one's DiskBytes and
+	// DiskInodes limits. nil: plain directories without a disk bound (unit
+	// tests with fake runners); the daemon passes a Manager that gives each
+	// workspace its own filesystem. Its Root must be WorkDir.
+	Workspaces *workspace.Manager
 	// HTTP is passed to in-process tools (http_request). Its Guard is
 	// replaced by the tenant's (see Service.httpOptions) for a tenant with
 	// a policy, and defaults to public addresses minus Protected.
@@ -151,14 +159,27 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 	if err := c.Retention.withDefaults(); err != nil {
 		return c, err
 	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.WorkDir == "" && c.Workspaces != nil {
+		c.WorkDir = c.Workspaces.Root()
+	}
 	if c.WorkDir == "" {
 		c.WorkDir = filepath.Join(os.TempDir(), "sandboxd", "work")
 	}
+	if c.Workspaces == nil {
+		ws, err := workspace.New(workspace.Options{Root: c.WorkDir, Plain: true, Logger: c.Logger})
+		if err != nil {
+			return c, fmt.Errorf("config: %w", err)
+		}
+		c.Workspaces = ws
+	}
+	if wd, err := filepath.Abs(c.WorkDir); err != nil || !sameDir(wd, c.Workspaces.Root()) {
+		return c, fmt.Errorf("config: WorkDir %q is not the workspaces' root %q", c.WorkDir, c.Workspaces.Root())
+	}
 	if c.RunnerName == "" && r != nil {
 		c.RunnerName = r.Name()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
@@ -206,7 +227,22 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 			return c, fmt.Errorf("config: default %s %d exceeds the ceiling %d", f.name, *f.req, *f.ceil)
 		}
 	}
+	for _, l := range []runner.Limits{c.Defaults, c.Ceilings} {
+		if err := diskLimits(l).Check(); err != nil {
+			return c, fmt.Errorf("config: %w", err)
+		}
+	}
 	return c, nil
+}
+
+// sameDir reports whether a and b name the same directory.
+func sameDir(a, b string) bool {
+	if a == b {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
 
 // limitField pairs one field of a requested (or default) Limits with the
@@ -225,6 +261,8 @@ func limitFields(req, ceil *runner.Limits) []limitField {
 		{"output_bytes", &req.OutputBytes, &ceil.OutputBytes},
 		{"nofile", &req.NoFile, &ceil.NoFile},
 		{"file_size_bytes", &req.FileSize, &ceil.FileSize},
+		{"disk_bytes", &req.DiskBytes, &ceil.DiskBytes},
+		{"disk_inodes", &req.DiskInodes, &ceil.DiskInodes},
 	}
 }
 
@@ -253,6 +291,9 @@ func (c *Config) effectiveLimits(req runner.Limits) (runner.Limits, error) {
 			v = *f.ceil
 		}
 		*f.req = v
+	}
+	if err := diskLimits(req).Check(); err != nil {
+		return runner.Limits{}, fmt.Errorf("%w: limits.%v", ErrInvalid, err)
 	}
 	return out, nil
 }

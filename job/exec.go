@@ -290,7 +290,10 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 	return attempt{res: res, ran: true, timedOut: pr.TimedOut}
 }
 
-// workspace creates WorkDir/<id>; cleanup removes it.
+// workspace creates WorkDir/<id>, a plain directory, for a one-shot
+// in-process tool (read_file, write_file ...): no code runs there and what
+// such a tool writes is bounded by its request, so it gets no filesystem
+// of its own (sandboxes do: newWorkspace). cleanup removes it.
 func (s *Service) workspace(id string) (string, func(), error) {
 	dir := filepath.Join(s.cfg.WorkDir, id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

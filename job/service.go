@@ -191,6 +191,13 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		s.log.Info("reaped sandboxes of a previous process", "count", n)
 	}
+	// The workspaces of a previous process (their mounts outlive it),
+	// now that no sandbox of it binds them.
+	if n, err := s.cfg.Workspaces.Cleanup(); err != nil {
+		s.log.Warn("release the workspaces of a previous process", "released", n, "err", err)
+	} else if n > 0 {
+		s.log.Info("released the workspaces of a previous process", "mounts", n)
+	}
 	if err := s.recoverSessions(ctx); err != nil {
 		return err
 	}

@@ -110,12 +110,16 @@ func TestSandboxSpec(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no sandbox created", tt.req.Call.Name)
 		}
+		// A sandbox that does not see a workspace gets none.
 		if spec.WorkspaceMode != tt.ws || spec.Network != tt.network || spec.Limits != tt.limits ||
-			spec.Labels["job"] != j.ID || spec.Labels["tenant"] != "acme" || spec.Workspace == "" {
+			spec.Labels["job"] != j.ID || spec.Labels["tenant"] != "acme" || (spec.Workspace == "") != (tt.ws == runner.WorkspaceNone) {
 			t.Errorf("%s: spec %+v, want workspace %s network %s limits %+v", tt.req.Call.Name, spec, tt.ws, tt.network, tt.limits)
 		}
 		if j.Limits != tt.limits {
 			t.Errorf("%s: job limits %+v, want %+v", tt.req.Call.Name, j.Limits, tt.limits)
+		}
+		if spec.Workspace == "" {
+			continue
 		}
 		// The sandbox and its workspace are released after the job ends.
 		eventually(t, "workspace "+spec.Workspace+" removed", func() bool {
