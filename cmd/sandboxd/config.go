@@ -138,6 +138,10 @@ type LimitValues struct {
 	OutputBytes   int64    `yaml:"output_bytes"`
 	NoFile        int64    `yaml:"nofile"`
 	FileSizeBytes int64    `yaml:"file_size_bytes"`
+	// DiskBytes and DiskInodes bound the workspace (its own filesystem)
+	// and each of /tmp and /dev/shm.
+	DiskBytes  int64 `yaml:"disk_bytes"`
+	DiskInodes int64 `yaml:"disk_inodes"`
 }
 
 // QueueConfig sizes admission.

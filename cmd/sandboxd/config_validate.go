@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/workspace"
 )
 
 var knownRunners = []string{"local", "docker", "containerd"}
@@ -169,6 +171,12 @@ func (l LimitValues) validate(prefix string, bad func(string, ...any)) {
 			bad("%s.%s %s: must not be negative", prefix, f.name, f)
 		}
 	}
+	if v := l.DiskBytes; v > 0 && v < workspace.MinBytes {
+		bad("%s.disk_bytes %d: must be at least %d (16 MiB)", prefix, v, int64(workspace.MinBytes))
+	}
+	if v := l.DiskInodes; v > 0 && v < workspace.MinInodes {
+		bad("%s.disk_inodes %d: must be at least %d", prefix, v, workspace.MinInodes)
+	}
 }
 
 // checkCeilings refuses a default above its ceiling (both set).
@@ -188,10 +196,12 @@ var (
 	builtinDefaults = LimitValues{
 		MemoryBytes: 512 << 20, PIDs: 256, CPUMillis: 1000, Timeout: Duration(60 * time.Second),
 		OutputBytes: 1 << 20, NoFile: 1024, FileSizeBytes: 100 << 20,
+		DiskBytes: workspace.DefaultBytes, DiskInodes: workspace.DefaultInodes,
 	}
 	builtinCeilings = LimitValues{
 		MemoryBytes: 4 << 30, PIDs: 1024, CPUMillis: 4000, Timeout: Duration(30 * time.Minute),
 		OutputBytes: 16 << 20, NoFile: 65536, FileSizeBytes: 1 << 30,
+		DiskBytes: 8 << 30, DiskInodes: 1 << 20,
 	}
 )
 
@@ -212,18 +222,18 @@ func (c *Config) EffectiveLimits() (defaults, ceilings LimitValues) {
 	return fromArray(d), fromArray(cl)
 }
 
-func (l LimitValues) array() [7]int64 {
-	var a [7]int64
+func (l LimitValues) array() [9]int64 {
+	var a [9]int64
 	for i, f := range l.fields() {
 		a[i] = f.v
 	}
 	return a
 }
 
-func fromArray(a [7]int64) LimitValues {
+func fromArray(a [9]int64) LimitValues {
 	return LimitValues{
 		MemoryBytes: a[0], PIDs: a[1], CPUMillis: a[2], Timeout: Duration(a[3]),
-		OutputBytes: a[4], NoFile: a[5], FileSizeBytes: a[6],
+		OutputBytes: a[4], NoFile: a[5], FileSizeBytes: a[6], DiskBytes: a[7], DiskInodes: a[8],
 	}
 }
 
@@ -244,6 +254,7 @@ func (l LimitValues) fields() []limitField {
 		{"memory_bytes", l.MemoryBytes}, {"pids", l.PIDs}, {"cpu_millis", l.CPUMillis},
 		{"timeout", int64(l.Timeout)}, {"output_bytes", l.OutputBytes},
 		{"nofile", l.NoFile}, {"file_size_bytes", l.FileSizeBytes},
+		{"disk_bytes", l.DiskBytes}, {"disk_inodes", l.DiskInodes},
 	}
 }
 

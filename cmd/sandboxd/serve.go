@@ -13,10 +13,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/netclass"
+	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
@@ -54,6 +56,14 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	defaults, ceilings := cfg.EffectiveLimits()
+	// Every sandbox's workspace is its own filesystem (limits.disk_bytes,
+	// disk_inodes); a daemon that cannot make them does not start.
+	workspaces, err := workspace.New(workspace.Options{Root: filepath.Join(dataDir, "workspaces"),
+		Logger: log.With("component", "workspace")})
+	if err != nil {
+		return err
+	}
+	warnDiskOvercommit(log, dataDir, cfg.Pool.MaxSandboxes, defaults.DiskBytes)
 	r, closeRunner, err := newRunner(ctx, cfg, defaults.runner(), log.With("component", "runner"))
 	if err != nil {
 		return err
@@ -77,14 +87,14 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	svc, err := job.New(job.Config{
-		Guard:     guard,
-		Policies:  policies,
-		Egress:    newEgressProvider(proxy, policies),
-		Workers:   cfg.Queue.Workers,
-		QueueSize: cfg.Queue.Size,
-		Ceilings:  ceilings.runner(),
-		Defaults:  defaults.runner(),
-		WorkDir:   filepath.Join(dataDir, "workspaces"),
+		Guard:      guard,
+		Policies:   policies,
+		Egress:     newEgressProvider(proxy, policies),
+		Workers:    cfg.Queue.Workers,
+		QueueSize:  cfg.Queue.Size,
+		Ceilings:   ceilings.runner(),
+		Defaults:   defaults.runner(),
+		Workspaces: workspaces,
 		HTTP: &tools.HTTPOptions{
 			MaxResponseBytes: cfg.HTTPRequest.MaxResponseBytes,
 			Timeout:          time.Duration(cfg.HTTPRequest.Timeout),
@@ -123,6 +133,23 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		Version:      versionString(),
 	})
 	return listenAndServe(ctx, cfg, log, handler, svc, protected)
+}
+
+// warnDiskOvercommit logs when the data directory's filesystem has less
+// room than every sandbox filling a workspace of the default size: the
+// images are sparse (a workspace takes what is written to it), so the
+// bound of one sandbox holds, but all of them together could fill the
+// disk first.
+func warnDiskOvercommit(log *slog.Logger, dataDir string, sandboxes int, diskBytes int64) {
+	var st unix.Statfs_t
+	if unix.Statfs(dataDir, &st) != nil {
+		return
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if all := int64(sandboxes) * diskBytes; all > free {
+		log.Warn("the workspaces of pool.max_sandboxes sandboxes at limits.defaults.disk_bytes could take more than the data directory's free space",
+			"max_sandboxes", sandboxes, "disk_bytes", diskBytes, "total", all, "free", free)
+	}
 }
 
 // shutdowner is the part of the job service the shutdown sequence needs.
@@ -212,5 +239,6 @@ func (l LimitValues) runner() runner.Limits {
 		MemoryBytes: l.MemoryBytes, PIDs: l.PIDs, CPUMillis: l.CPUMillis,
 		Timeout: time.Duration(l.Timeout), OutputBytes: l.OutputBytes,
 		NoFile: l.NoFile, FileSize: l.FileSizeBytes,
+		DiskBytes: l.DiskBytes, DiskInodes: l.DiskInodes,
 	}
 }
