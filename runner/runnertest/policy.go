@@ -1,6 +1,7 @@
 package runnertest
 
 import (
+	wsfs "github.com/sandboxd/sandboxd/internal/workspace"
 	"net"
 	"os"
 	"path/filepath"
@@ -65,14 +66,16 @@ print(" ".join(out))`
 			} else {
 				s.need(t, s.caps.Seccomp, "socket family filtering (seccomp)")
 			}
-			ws := workspace(t)
+			// As the job service does: a read-only sandbox mounts the
+			// workspace's read-only view.
+			ws, view := workspaceOf(t, wsfs.Limits{}, iso.Workspace == runner.WorkspaceReadOnly)
 			if err := os.Chmod(ws, 0o777); err != nil { // only the mode may stop writes
 				t.Fatal(err)
 			}
 			if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("host"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			spec := runner.SandboxSpec{Workspace: ws, WorkspaceMode: iso.Workspace, Network: iso.Network}
+			spec := runner.SandboxSpec{Workspace: view, WorkspaceMode: iso.Workspace, Network: iso.Network}
 			if iso.Network == runner.NetworkEgress {
 				spec.Egress = refuseEgress{}
 			}
