@@ -90,6 +90,15 @@ func TestEffectiveLimits(t *testing.T) {
 		time.Duration(d.Timeout) != time.Minute || time.Duration(c.Timeout) != time.Hour {
 		t.Fatalf("lowered: %+v %+v", d, c)
 	}
+	// The disk limit: 1 GiB and 65536 inodes by default, a lower ceiling
+	// lowers the default.
+	if d.DiskBytes != 1<<30 || d.DiskInodes != 65536 || c.DiskBytes != 8<<30 {
+		t.Fatalf("disk: %+v %+v", d, c)
+	}
+	cfg.Limits.Ceilings.DiskBytes = 256 << 20
+	if d, _ = cfg.EffectiveLimits(); d.DiskBytes != 256<<20 || d.runner().DiskBytes != 256<<20 {
+		t.Fatalf("disk default under a 256 MiB ceiling: %+v", d)
+	}
 }
 
 func TestConfigPrecedence(t *testing.T) {
@@ -217,6 +226,10 @@ func TestConfigErrors(t *testing.T) {
 			want: []string{`limits.defaults.timeout "2m0s" is above limits.ceilings.timeout "1m0s"`}},
 		{name: "default above built-in ceiling", yaml: "limits: {defaults: {memory_bytes: 8589934592}}\n",
 			want: []string{"limits.defaults.memory_bytes 8589934592 is above limits.ceilings.memory_bytes 4294967296"}},
+		{name: "disk limits below the minimum", yaml: "limits: {defaults: {disk_inodes: 100}, ceilings: {disk_bytes: 1048576}}\n",
+			want: []string{"limits.ceilings.disk_bytes 1048576: must be at least 16777216", "limits.defaults.disk_inodes 100: must be at least 128"}},
+		{name: "disk default above the ceiling", yaml: "limits: {defaults: {disk_bytes: 17179869184}}\n",
+			want: []string{"limits.defaults.disk_bytes 17179869184 is above limits.ceilings.disk_bytes 8589934592"}},
 		{name: "zero workers", yaml: "queue: {workers: 0}\n", want: []string{"queue.workers 0"}},
 		{name: "zero max wait", yaml: "api: {max_wait: 0}\n", want: []string{"api.max_wait"}},
 		{name: "several problems", yaml: "queue: {size: -1, workers: -2}\n", want: []string{"queue.size -1", "queue.workers -2"}},
