@@ -114,7 +114,9 @@ func TestDiskLimitsThroughAPI(t *testing.T) {
 
 			// Uploads.
 			code, body := s.raw("PUT", "/v1/sessions/"+sess.ID+"/files/up.bin", make([]byte, 40<<20), "application/octet-stream")
-			var e struct{ Error struct{ Code, Message string } }
+			var e struct {
+				Error struct{ Code, Message string }
+			}
 			json.Unmarshal(body, &e)
 			if code != 507 || e.Error.Code != "workspace_full" {
 				t.Errorf("PUT 40 MiB into 32: %d %s, want 507 workspace_full", code, body)
