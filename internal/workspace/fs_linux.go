@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,19 +11,17 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sandboxd/sandboxd/policy"
 )
 
 // fsMaker formats and mounts workspace filesystems.
 type fsMaker struct {
-	loops  *loops
-	mke2fs string
+	loops *loops
+	// tmpl copies formatted templates (mke2fs once per Limits). Its
 	// prezeroed: mke2fs knows -E assume_storage_prezeroed (1.47+), so a
 	// fresh sparse image needs neither zeroed inode tables nor the
 	// kernel's lazy init writing them later; older ones get
 	// lazy_itable_init and the noinit_itable mount option (same effect).
-	prezeroed bool
+	tmpl *templates
 }
 
 // imageDir is where, below Root, the (unnamed) image files are created, so
@@ -39,13 +36,12 @@ func newFSMaker(root string) (*fsMaker, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &fsMaker{mke2fs: mke2fs}
-	out, _ := exec.Command(mke2fs, "-V").CombinedOutput()
-	f.prezeroed = versionAtLeast(string(out), 1, 47)
 	images := filepath.Join(root, imageDir)
 	if err := os.MkdirAll(images, 0o700); err != nil {
 		return nil, err
 	}
+	out, _ := exec.Command(mke2fs, "-V").CombinedOutput()
+	f := &fsMaker{tmpl: &templates{dir: images, mke2fs: mke2fs, prezeroed: versionAtLeast(string(out), 1, 47)}}
 	if f.loops, err = newLoops(images); err != nil {
 		return nil, err
 	}
@@ -89,18 +85,22 @@ func leadingInt(s string) (int, string, bool) {
 	return n, s[i:], err == nil
 }
 
-// make creates an unnamed sparse image of l.Bytes, attaches it to a loop
-// device (autoclear), formats it and mounts it nosuid,nodev at dir, owned
-// by the code's uid. The loop device detaches itself once dir is
-// unmounted, and the image's blocks are freed with it.
+// make creates an unnamed sparse image of l.Bytes holding a fresh
+// filesystem of l (a copy of its template), attaches it to a loop device
+// (autoclear) and mounts it nosuid,nodev at dir, owned by the code's uid.
+// The loop device detaches itself once dir is unmounted, and the image's
+// blocks are freed with it.
 func (f *fsMaker) make(ctx context.Context, dir string, l Limits) error {
 	img, err := os.OpenFile(f.loops.dir, os.O_RDWR|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("image file: %w", err)
 	}
 	defer img.Close()
-	if err := img.Truncate(l.Bytes); err != nil {
-		return fmt.Errorf("image file: %w", err)
+	if err := f.tmpl.fill(ctx, img, l); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	dev, err := f.loops.attach(img)
 	if err != nil {
@@ -109,19 +109,9 @@ func (f *fsMaker) make(ctx context.Context, dir string, l Limits) error {
 	// Until the mount holds the device, this descriptor does: closing
 	// it earlier (or dying) detaches the device (autoclear).
 	defer dev.Close()
-	ext := "root_owner=" + strconv.Itoa(policy.CodeUID) + ":" + strconv.Itoa(policy.CodeGID) + ",nodiscard,"
 	data := "discard"
-	if f.prezeroed {
-		ext += "assume_storage_prezeroed=1"
-	} else {
-		ext += "lazy_itable_init=1"
+	if !f.tmpl.prezeroed {
 		data += ",noinit_itable"
-	}
-	cmd := exec.CommandContext(ctx, f.mke2fs, "-t", "ext4", "-q", "-F", "-b", "4096", "-I", "256", "-m", "0",
-		"-N", strconv.FormatInt(l.Inodes, 10), "-O", "^has_journal,^resize_inode", "-E", ext, "-L", "workspace", dev.Name())
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("mke2fs: %w: %s", err, bytes.TrimSpace(out))
 	}
 	if err := unix.Mount(dev.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
 		return fmt.Errorf("mount %s on %s: %w", dev.Name(), dir, err)

@@ -501,3 +501,64 @@ func TestConcurrentAttach(t *testing.T) {
 	}
 	waitNoLoops(t, m.Root())
 }
+
+// TestTemplateCopies: workspaces are copies of one formatted template per
+// Limits; a copy is a clean filesystem (e2fsck finds nothing), copies are
+// independent, and more distinct limits than templates kept still work.
+func TestTemplateCopies(t *testing.T) {
+	m := newManager(t)
+	ts := m.fs.tmpl
+	img, err := os.OpenFile(ts.dir, os.O_RDWR|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	l := Limits{Bytes: 64 << 20, Inodes: 2048}
+	if err := ts.fill(t.Context(), img, l); err != nil {
+		t.Fatal(err)
+	}
+	e2fsck, err := lookSbin("e2fsck")
+	if err != nil {
+		t.Skip(err)
+	}
+	cmd := exec.Command(e2fsck, "-fn", "/proc/self/fd/3")
+	cmd.ExtraFiles = []*os.File{img}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("e2fsck of a copy: %v\n%s", err, out)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(img.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a copy of a %d byte filesystem allocates %d bytes", l.Bytes, st.Blocks*512)
+
+	a, err := m.Create(t.Context(), filepath.Join(m.Root(), "a"), l, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Create(t.Context(), filepath.Join(m.Root(), "b"), l, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a.Dir, "only-a"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(b.Dir, "only-a")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a file of one copy shows in another: %v", err)
+	}
+	a.Release()
+	b.Release()
+	for i := range maxTemplates + 3 {
+		w, err := m.Create(t.Context(), filepath.Join(m.Root(), "l"+strconv.Itoa(i)), Limits{Bytes: MinBytes, Inodes: MinInodes + int64(i)*16}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Release()
+	}
+	ts.mu.Lock()
+	n := len(ts.byL)
+	ts.mu.Unlock()
+	if n > maxTemplates {
+		t.Errorf("%d templates kept, want at most %d", n, maxTemplates)
+	}
+}
