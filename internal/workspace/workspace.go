@@ -3,7 +3,8 @@
 // and sessions; runnertest for the conformance suite).
 //
 // A workspace is its own filesystem: a sparse file of Limits.Bytes,
-// formatted ext4 with Limits.Inodes inodes, attached to a loop device and
+// formatted ext4 with Limits.Inodes inodes (a copy of a template that
+// mke2fs formatted once per Limits), attached to a loop device and
 // mounted nosuid,nodev at the workspace directory on the host. Every runner
 // binds that directory into its sandboxes, so every runner's sandbox (and
 // every upload) inherits the bound: a full workspace is ENOSPC inside it,
