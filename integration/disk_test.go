@@ -183,20 +183,23 @@ func TestWorkspacesReleasedAfterKill(t *testing.T) {
 			if resp, data := other.do("POST", "/v1/sessions", "", map[string]any{}, &keep); resp.StatusCode != 201 {
 				t.Fatalf("create: %d %s", resp.StatusCode, data)
 			}
-			s := startServerArgs(t, "pool:\n  size: 1\n", tc.args...)
+			s := startServerArgs(t, "pool:\n  size: 1\nshutdown_timeout: 5s\n", tc.args...)
 			root := filepath.Join(s.DataDir, "workspaces")
 			for range 2 {
 				if resp, data := s.do("POST", "/v1/sessions", "", map[string]any{}, nil); resp.StatusCode != 201 {
 					t.Fatalf("create: %d %s", resp.StatusCode, data)
 				}
 			}
-			// A one-shot job still running at the kill.
-			if resp, data := s.do("POST", "/v1/jobs", "", map[string]any{"tool": "bash", "arguments": map[string]any{"command": "sleep 30"}}, nil); resp.StatusCode != 202 {
+			// A one-shot job running at the kill (lost at the restart, not
+			// run again).
+			var j jobView
+			if resp, data := s.do("POST", "/v1/jobs", "", map[string]any{"tool": "bash", "arguments": map[string]any{"command": "sleep 300"}}, &j); resp.StatusCode != 202 {
 				t.Fatalf("submit: %d %s", resp.StatusCode, data)
 			}
 			deadline := time.Now().Add(30 * time.Second)
-			for len(mountsUnder(t, root)) < 3 && time.Now().Before(deadline) {
+			for (j.State != "running" || len(mountsUnder(t, root)) < 3) && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
+				s.do("GET", "/v1/jobs/"+j.ID, "", nil, &j)
 			}
 			before := mountsUnder(t, root)
 			if len(before) < 3 {
