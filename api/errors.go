@@ -16,6 +16,7 @@ const (
 	CodeInvalidRequest   = "invalid_request"
 	CodeBodyTooLarge     = "body_too_large"
 	CodeUnauthorized     = "unauthorized"
+	CodeForbidden        = "forbidden"
 	CodeNotFound         = "not_found"
 	CodeUnknownTool      = "unknown_tool"
 	CodeMethodNotAllowed = "method_not_allowed"

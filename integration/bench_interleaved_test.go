@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/local"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkSpawnInterleaved(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: b.TempDir(), WorkspaceMode: runner.WorkspaceReadWrite})
+	sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: b.TempDir(), Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func BenchmarkSpawnInterleaved(b *testing.B) {
 		}},
 		{"runner", func() error { return runPy(ctx, sb) }},
 		{"runner-repl", func() error {
-			sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+			sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 			if err != nil {
 				return err
 			}

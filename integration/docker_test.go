@@ -191,3 +191,27 @@ pool:
 		t.Error(err)
 	}
 }
+
+// A request may ask for limits above the configured defaults, up to the
+// ceilings, on the Docker runner too: the runner got the defaults as its
+// own ceilings and clipped such a request to the default.
+func TestDockerLimitsAboveDefault(t *testing.T) {
+	needDocker(t)
+	s := startServer(t, dockerConfig(`pool: {size: 0}
+limits:
+  defaults: {memory_bytes: 268435456, timeout: 2s}
+`))
+	var j jobView
+	resp, data := s.do("POST", "/v1/jobs?wait=true", "", map[string]any{
+		"tool":      "bash",
+		"arguments": map[string]any{"command": "sleep 3; cat /sys/fs/cgroup/memory/memory.limit_in_bytes", "timeout_seconds": 10},
+		"limits":    map[string]any{"memory_bytes": 536870912},
+	}, &j)
+	if resp.StatusCode != 200 || j.Result == nil {
+		t.Fatalf("submit: %d %s", resp.StatusCode, data)
+	}
+	if !j.Result.OK || strings.TrimSpace(j.Result.Process.Stdout) != "536870912" {
+		t.Fatalf("memory 512 MiB and a 10 s timeout asked (defaults 256 MiB, 2 s): ok %v, stdout %q, error %q",
+			j.Result.OK, j.Result.Process.Stdout, j.Result.Error)
+	}
+}

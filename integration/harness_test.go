@@ -53,14 +53,18 @@ func TestMain(m *testing.M) {
 
 // server is one running sandboxd process.
 type server struct {
-	t       testing.TB
-	URL     string
-	DataDir string
-	Args    []string // more serve flags
-	Config  string
-	cmd     *exec.Cmd
-	log     *bytes.Buffer
-	addr    string
+	t   testing.TB
+	URL string
+	// MetricsURL is the metrics listener's (metrics_addr): /metrics is
+	// served there, not by the API.
+	MetricsURL string
+	DataDir    string
+	Args       []string // more serve flags
+	Config     string
+	cmd        *exec.Cmd
+	log        *bytes.Buffer
+	addr       string
+	metrics    string
 	// stoppedWith is the signal of the last stop.
 	stoppedWith syscall.Signal
 }
@@ -84,7 +88,7 @@ func startServer(t testing.TB, config string) *server {
 // startServerArgs is startServer with more serve flags.
 func startServerArgs(t testing.TB, config string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, DataDir: t.TempDir(), addr: freeAddr(t), Args: args}
+	s := &server{t: t, DataDir: t.TempDir(), addr: freeAddr(t), metrics: freeAddr(t), Args: args}
 	if config != "" {
 		s.Config = filepath.Join(t.TempDir(), "sandboxd.yaml")
 		if err := os.WriteFile(s.Config, []byte(config), 0o600); err != nil {
@@ -115,7 +119,10 @@ func (s *server) releaseWorkspaces() {
 
 func (s *server) start() {
 	s.t.Helper()
-	args := []string{"serve", "--addr", s.addr, "--data-dir", s.DataDir}
+	if s.metrics == "" {
+		s.metrics = freeAddr(s.t)
+	}
+	args := []string{"serve", "--addr", s.addr, "--metrics-addr", s.metrics, "--data-dir", s.DataDir}
 	if s.Config != "" {
 		args = append(args, "--config", s.Config)
 	}
@@ -128,6 +135,7 @@ func (s *server) start() {
 		s.t.Fatal(err)
 	}
 	s.URL = "http://" + s.addr
+	s.MetricsURL = "http://" + s.metrics
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		resp, err := http.Get(s.URL + "/healthz")
@@ -162,6 +170,21 @@ func (s *server) stop(sig syscall.Signal) {
 		s.t.Logf("sandboxd log:\n%s", s.log.String())
 	}
 	s.cmd = nil
+}
+
+// getMetrics reads /metrics from the metrics listener.
+func (s *server) getMetrics() []byte {
+	s.t.Helper()
+	resp, err := http.Get(s.MetricsURL + "/metrics")
+	if err != nil {
+		s.t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		s.t.Fatalf("GET /metrics: %d %s", resp.StatusCode, body)
+	}
+	return body
 }
 
 // do sends a JSON request and decodes a JSON response into out (if non-nil).

@@ -58,7 +58,7 @@ func (s *server) runIn(session, tool string, args any) jobView {
 // metric reads one unlabelled sample from /metrics.
 func (s *server) metric(name string) float64 {
 	s.t.Helper()
-	_, data := s.do("GET", "/metrics", "", nil, nil)
+	data := s.getMetrics()
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(?:\{[^}]*\})? (\S+)$`).FindSubmatch(data)
 	if m == nil {
 		s.t.Fatalf("metric %s not found", name)

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner"
@@ -66,8 +67,8 @@ func entries(t *testing.T, dir string) []string {
 // not fit are ErrNoSpace and change nothing.
 func TestSessionDiskLimit(t *testing.T) {
 	h := boundedHarness(t, job.Config{
-		Ceilings: runner.Limits{DiskBytes: 64 << 20},
-		Sessions: job.SessionConfig{MaxFileBytes: 32 << 20},
+		Limits:   config.Limits{Ceilings: runner.Limits{DiskBytes: 64 << 20}},
+		Sessions: config.Sessions{MaxFileBytes: 32 << 20},
 	})
 	ctx := t.Context()
 	for _, bad := range []runner.Limits{{DiskBytes: 1}, {DiskBytes: 128 << 20}, {DiskInodes: 3}} {

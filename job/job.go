@@ -5,7 +5,6 @@ package job
 
 import (
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
@@ -70,8 +69,10 @@ type SubmitRequest struct {
 	// object (tools.ParseCall repairs and validates it).
 	Call           tools.Call
 	IdempotencyKey string
-	// Limits may only lower the operator's ceilings; a value above a
-	// ceiling is an error (ErrInvalid).
+	// Limits may ask for any value up to the operator's ceilings (zero
+	// fields take the defaults); a value above a ceiling is an error
+	// (ErrInvalid) naming it. A tool's own timeout argument asks for
+	// Limits.Timeout the same way.
 	Limits runner.Limits
 	// SessionID, when set, runs the call in that session's sandbox.
 	SessionID string
@@ -110,12 +111,3 @@ type Event struct {
 	// Job is the job snapshot for queued/started/finished events.
 	Job *Job `json:"job,omitempty"`
 }
-
-// Errors the API maps to HTTP status codes in one switch.
-var (
-	ErrNotFound  = errors.New("job not found")
-	ErrQueueFull = errors.New("job queue full")
-	ErrInvalid   = errors.New("invalid request")
-	ErrConflict  = errors.New("conflict")
-	ErrShutdown  = errors.New("service shutting down")
-)

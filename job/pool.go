@@ -4,8 +4,8 @@ import (
 	"context"
 	"path/filepath"
 	"sync"
-	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
@@ -14,16 +14,16 @@ import (
 
 // poolKey is the isolation profile a pooled sandbox was created for. Only
 // a job whose spec has the same key may take it. The runner is implicit (a
-// Service has one).
+// Service has one). iso is policy.Compile's shared value: equal pointers,
+// equal isolation.
 type poolKey struct {
-	image   string
-	mode    runner.WorkspaceMode
-	network runner.NetworkMode
-	limits  runner.Limits
+	image  string
+	iso    *runner.Isolation
+	limits runner.Limits
 }
 
 func keyOf(spec runner.SandboxSpec) poolKey {
-	return poolKey{image: spec.Image, mode: spec.WorkspaceMode, network: spec.Network, limits: spec.Limits}
+	return poolKey{image: spec.Image, iso: spec.Isolation, limits: spec.Limits}
 }
 
 // imageLabel is the pool_ready label: the image only, to keep cardinality
@@ -65,7 +65,7 @@ type pool struct {
 func newPool(s *Service) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &pool{
-		s: s, size: s.cfg.Pool.Size,
+		s: s, size: s.cfg.Pool.Ready(),
 		keys: map[poolKey]bool{}, ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
 		ctx: ctx, cancel: cancel,
 	}
@@ -89,7 +89,7 @@ func (p *pool) start() {
 		if t.Command == nil || t.HasEffect(tools.EffectHTTP) {
 			continue
 		}
-		k := poolKey{mode: policy.Compile(t.Effects).Workspace, network: runner.NetworkNone, limits: limits}
+		k := poolKey{iso: policy.Compile(t.Effects).Spec, limits: limits}
 		if !p.keys[k] {
 			p.keys[k] = true
 			keys = append(keys, k)
@@ -164,9 +164,9 @@ func (p *pool) refill(k poolKey) {
 
 func (p *pool) create(k poolKey) {
 	s := p.s
-	id := newPrefixedID("pool_", time.Now())
+	id := ids.New("pool_")
 	spec := runner.SandboxSpec{
-		ID: id, Image: k.image, WorkspaceMode: k.mode, Network: k.network,
+		ID: id, Image: k.image, Isolation: k.iso,
 		Limits: k.limits, Labels: map[string]string{"pool": k.imageLabel()},
 	}
 	// The workspace's filesystem is made here, ahead of the job, like
@@ -174,8 +174,8 @@ func (p *pool) create(k poolKey) {
 	var ws *workspace.Workspace
 	var sb runner.Sandbox
 	var err error
-	if k.mode != runner.WorkspaceNone {
-		ws, err = s.newWorkspace(p.ctx, filepath.Join(s.cfg.WorkDir, "pool", id), k.limits, k.mode)
+	if k.iso.Workspace != runner.WorkspaceNone {
+		ws, err = s.newWorkspace(p.ctx, filepath.Join(s.cfg.WorkDir, "pool", id), k.limits, k.iso.Workspace)
 		if err == nil {
 			spec.Workspace = ws.View
 		}
@@ -270,9 +270,9 @@ func (s *Service) oneShotSandbox(ctx context.Context, spec runner.SandboxSpec) (
 		return ps.sb, func() { s.pool.destroy(ps); s.pool.refillAll() }, nil
 	}
 	var ws *workspace.Workspace
-	if spec.WorkspaceMode != runner.WorkspaceNone {
+	if spec.Isolation.Workspace != runner.WorkspaceNone {
 		var err error
-		if ws, err = s.newWorkspace(ctx, filepath.Join(s.cfg.WorkDir, spec.ID), spec.Limits, spec.WorkspaceMode); err != nil {
+		if ws, err = s.newWorkspace(ctx, filepath.Join(s.cfg.WorkDir, spec.ID), spec.Limits, spec.Isolation.Workspace); err != nil {
 			return nil, nil, err
 		}
 		spec.Workspace = ws.View

@@ -130,8 +130,8 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
 		cfg: cfg, st: st, reg: reg, r: r, log: cfg.Logger, m: cfg.Metrics,
-		slots:     make(chan struct{}, cfg.QueueSize),
-		queue:     make(chan *entry, cfg.QueueSize),
+		slots:     make(chan struct{}, cfg.Queue.Size),
+		queue:     make(chan *entry, cfg.Queue.Size),
 		entries:   make(map[string]*entry),
 		runCtx:    ctx,
 		runCancel: cancel,
@@ -238,7 +238,7 @@ func (s *Service) Start(ctx context.Context) error {
 					s.log.Warn("record the lost job's finished event", "job", j.ID, "err", err)
 				}
 			}
-			s.m.jobs.WithLabelValues(j.Tool, j.Runner, OutcomeLost).Inc()
+			s.m.jobs.WithLabelValues(j.Tenant, j.Tool, j.Runner, OutcomeLost).Inc()
 			s.log.Warn("job lost in a restart", "job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
 		case StatePendingApproval:
 			if s.entry(j.ID) != nil {
@@ -276,7 +276,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if len(requeue) > 0 {
 		s.log.Info("re-queued jobs of a previous process", "count", len(requeue))
 	}
-	for range s.cfg.Workers {
+	for range s.cfg.Queue.Workers {
 		s.bg.Go(s.worker)
 	}
 	s.sbg.Go(s.reapSessions)
@@ -429,10 +429,10 @@ func (s *Service) unregister(id string) {
 // finished runs once per job after its terminal state is recorded: metrics,
 // the finished event, waking waiters, and retiring old entries.
 func (s *Service) finished(e *entry, j *Job) {
-	s.m.jobs.WithLabelValues(j.Tool, j.Runner, outcome(j)).Inc()
+	s.m.jobs.WithLabelValues(j.Tenant, j.Tool, j.Runner, outcome(j)).Inc()
 	if j.StartedAt != nil && j.FinishedAt != nil {
 		d := j.FinishedAt.Sub(*j.StartedAt)
-		s.m.duration.WithLabelValues(j.Tool, j.Runner).Observe(d.Seconds())
+		s.m.duration.WithLabelValues(j.Tenant, j.Tool, j.Runner).Observe(d.Seconds())
 		for { // exponential moving average, weight 1/8
 			old := s.avgNanos.Load()
 			nv := int64(d)

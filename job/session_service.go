@@ -10,16 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
-
-// ErrSessionNotFound is ErrNotFound for sessions (errors.Is matches both).
-var ErrSessionNotFound = fmt.Errorf("session not found: %w", ErrNotFound)
-
-// ErrFileNotFound is ErrNotFound for workspace files.
-var ErrFileNotFound = fmt.Errorf("no such file or directory: %w", ErrNotFound)
 
 // liveSession is the in-memory side of an open session of this process.
 //
@@ -104,8 +99,6 @@ func (ls *liveSession) waitTurn(ctx context.Context, id string, limit time.Durat
 	}
 }
 
-var errTurnTimeout = errors.New("timed out waiting for the session's earlier jobs")
-
 // busy reports whether a job is queued or running in the session.
 func (ls *liveSession) busy() bool {
 	ls.mu.Lock()
@@ -188,7 +181,7 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 	}
 	now := time.Now().UTC()
 	sess := &Session{
-		ID: newPrefixedID("ses_", now), Tenant: tenant, Image: image, Effects: effects, Limits: limits,
+		ID: ids.At("ses_", now), Tenant: tenant, Image: image, Effects: effects, Limits: limits,
 		State: SessionCreating, TTL: ttl, IdleTimeout: idle,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), LastUsedAt: now,
 	}
@@ -197,13 +190,13 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 	if err := s.reserveSession(ls); err != nil {
 		return nil, err
 	}
-	s.m.sessionsActive.Inc()
+	s.m.sessionsActive.WithLabelValues(tenant).Inc()
 	fail := func(err error) (*Session, error) {
 		s.smu.Lock()
 		delete(s.sessions, sess.ID)
 		s.smu.Unlock()
 		s.alive.Add(-1)
-		s.m.sessionsActive.Dec()
+		s.m.sessionsActive.WithLabelValues(tenant).Dec()
 		return nil, err
 	}
 	if err := s.st.CreateSession(ctx, sess); err != nil {
@@ -278,7 +271,7 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 	}
 	// Always a workspace, also when the sandbox does not see it: uploads
 	// go there.
-	ws, err := s.newWorkspace(ctx, ls.dir, sess.Limits, spec.WorkspaceMode)
+	ws, err := s.newWorkspace(ctx, ls.dir, sess.Limits, spec.Isolation.Workspace)
 	if err != nil {
 		return nil, fmt.Errorf("create session workspace: %w", err)
 	}
@@ -392,7 +385,7 @@ func (s *Service) closeSession(ls *liveSession, reason string) *Session {
 	}
 	s.sandboxClosed()
 	s.releaseWorkspace(ls.ws)
-	s.m.sessionsActive.Dec()
+	s.m.sessionsActive.WithLabelValues(snap.Tenant).Dec()
 	s.m.sessionsClosed.WithLabelValues(reason).Inc()
 	s.log.Info("session closed", "session", snap.ID, "tenant", snap.Tenant, "reason", reason)
 	s.pool.refillAll() // the cap may have room for the pool again

@@ -99,7 +99,8 @@ const (
 	WorkspaceReadWrite WorkspaceMode = "rw"
 )
 
-// NetworkMode says what network a sandbox gets.
+// NetworkMode says what network a sandbox gets. The seccomp profile of
+// Isolation goes with it: inet sockets only with NetworkEgress.
 type NetworkMode string
 
 const (
@@ -148,12 +149,14 @@ type SandboxSpec struct {
 	// an image reference for container runners. Empty means the backend's
 	// default.
 	Image string
-	// Workspace is a host directory shown at /workspace (WorkspaceDir).
-	Workspace     string
-	WorkspaceMode WorkspaceMode
-	Network       NetworkMode
-	// Egress is required when Network is NetworkEgress and ignored
-	// otherwise.
+	// Workspace is a host directory shown at /workspace (WorkspaceDir)
+	// as Isolation.Workspace says.
+	Workspace string
+	// Isolation is required: the sandbox's isolation as policy.Compile
+	// decided it. A spec without it is refused (ErrInvalidSpec).
+	Isolation *Isolation
+	// Egress is required when Isolation.Network is NetworkEgress and
+	// ignored otherwise.
 	Egress Egress
 	Limits Limits
 	Labels map[string]string
@@ -163,23 +166,25 @@ type SandboxSpec struct {
 const WorkspaceDir = "/workspace"
 
 // Limits are resource ceilings for a sandbox. Zero means the runner default.
+// The yaml and doc tags make the daemon's limits.defaults.* and
+// limits.ceilings.* keys (package config; its built-in values live there).
 type Limits struct {
-	MemoryBytes int64 `json:"memory_bytes,omitempty"`
-	PIDs        int64 `json:"pids,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty" yaml:"memory_bytes" doc:"memory (and memory+swap) of the sandbox"`
+	PIDs        int64 `json:"pids,omitempty" yaml:"pids" doc:"processes and threads"`
 	// CPUMillis is CPU bandwidth in thousandths of a core.
-	CPUMillis int64 `json:"cpu_millis,omitempty"`
+	CPUMillis int64 `json:"cpu_millis,omitempty" yaml:"cpu_millis" doc:"CPU bandwidth in thousandths of a core"`
 	// Timeout is the default wall-clock limit of one Exec.
-	Timeout time.Duration `json:"timeout,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty" yaml:"timeout" doc:"wall-clock time of a call (a tool's timeout_seconds asks for it too)"`
 	// OutputBytes caps each of stdout and stderr (head and tail kept).
-	OutputBytes int64 `json:"output_bytes,omitempty"`
-	NoFile      int64 `json:"nofile,omitempty"`
-	FileSize    int64 `json:"file_size_bytes,omitempty"`
+	OutputBytes int64 `json:"output_bytes,omitempty" yaml:"output_bytes" doc:"each of stdout and stderr (head and tail kept)"`
+	NoFile      int64 `json:"nofile,omitempty" yaml:"nofile" doc:"open files"`
+	FileSize    int64 `json:"file_size_bytes,omitempty" yaml:"file_size_bytes" doc:"size of one file written"`
 	// DiskBytes and DiskInodes bound every writable path of the sandbox,
 	// each on its own: the workspace (a filesystem of this size and inode
 	// count, which the job service makes: internal/workspace) and the
 	// /tmp and /dev/shm tmpfs (see Tmpfs).
-	DiskBytes  int64 `json:"disk_bytes,omitempty"`
-	DiskInodes int64 `json:"disk_inodes,omitempty"`
+	DiskBytes  int64 `json:"disk_bytes,omitempty" yaml:"disk_bytes" doc:"size of the workspace, its own filesystem (at least 16 MiB), and the most /tmp and /dev/shm each hold (they are memory too); writing past it is ENOSPC, an upload past it 507 workspace_full"`
+	DiskInodes int64 `json:"disk_inodes,omitempty" yaml:"disk_inodes" doc:"files and directories the workspace, /tmp and /dev/shm each hold (at least 128; at most one per 4 KiB of disk_bytes)"`
 }
 
 // Tmpfs is the size= and nr_inodes= of a sandbox's writable tmpfs mounts

@@ -8,15 +8,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/containerd"
 	"github.com/sandboxd/sandboxd/runner/docker"
 	"github.com/sandboxd/sandboxd/runner/local"
 )
 
-// newRunner creates the configured sandbox backend. closeRunner releases
-// it; call it after the job service has shut down.
-func newRunner(ctx context.Context, cfg *Config, defaults runner.Limits, log *slog.Logger) (r runner.Runner, closeRunner func(), err error) {
+// newRunner creates the configured sandbox backend with limits as the
+// runner's Config.Defaults (see serve). closeRunner releases it; call it
+// after the job service has shut down.
+func newRunner(ctx context.Context, cfg *config.Config, defaults runner.Limits, log *slog.Logger) (r runner.Runner, closeRunner func(), err error) {
 	switch cfg.Runner.Name {
 	case "docker":
 		d := cfg.Runner.Docker

@@ -220,7 +220,7 @@ func orphanMain() int {
 		return 1
 	}
 	ws := os.Getenv("WORKSPACE")
-	sb, err := r.Create(context.Background(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb, err := r.Create(context.Background(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

@@ -14,7 +14,6 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/agent"
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
@@ -63,8 +62,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err := newNetns(s.netns); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	egress := spec.Network == runner.NetworkEgress
-	if egress {
+	if spec.Isolation.Network == runner.NetworkEgress {
 		if err := s.listenEgress(); err != nil {
 			return nil, fmt.Errorf("create sandbox: egress: %w", err)
 		}
@@ -80,13 +78,9 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err != nil {
 		return nil, hostside.CtxOr(ctx, fmt.Errorf("create sandbox: %w", err))
 	}
-	sc, err := policy.SeccompOCI(egress, r.gvisor)
-	if err != nil {
-		return nil, fmt.Errorf("create sandbox: %w", err)
-	}
 	ociSpec := buildSpec(specInput{
 		ID: spec.ID, Namespace: r.cfg.Namespace, Spec: spec, Limits: limits,
-		AgentPath: r.cfg.AgentPath, RunDir: s.runDir, NetnsPath: s.netns, TmpBytes: r.cfg.TmpBytes, Seccomp: sc,
+		AgentPath: r.cfg.AgentPath, RunDir: s.runDir, NetnsPath: s.netns, TmpBytes: r.cfg.TmpBytes,
 		GVisor: r.gvisor,
 	})
 	labels := r.labels(spec)

@@ -24,12 +24,13 @@ import (
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 func TestContainerIsolation(t *testing.T) {
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
 	ws := t.TempDir()
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly, Labels: map[string]string{"tenant": "t1"}})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone), Labels: map[string]string{"tenant": "t1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestLoopbackUsable(t *testing.T) {
 	if !agentHasEgress() {
 		t.Skip("sandbox-agent lacks --egress-listen (egress support not merged yet)")
 	}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress, Egress: refuseEgress{}})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: refuseEgress{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestEgress(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Close()
 	p := &proxyEgress{}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress, Egress: p})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +239,7 @@ func TestNoOutputLost(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+			sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 			if err != nil {
 				errs <- err
 				return
@@ -298,7 +299,7 @@ func TestAgentFailsToStart(t *testing.T) {
 	r := newTestRunner(t, Config{AgentPath: bad, ReconcileInterval: -1})
 	start := time.Now()
 	id := "broken-" + hostside.NewID()
-	_, err := r.Create(t.Context(), runner.SandboxSpec{ID: id})
+	_, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), ID: id})
 	if err == nil || !strings.Contains(err.Error(), "agent-is-broken") {
 		t.Fatalf("Create with a broken agent: %v; want the agent's log in the error", err)
 	}
@@ -313,7 +314,7 @@ func TestAgentFailsToStart(t *testing.T) {
 
 func TestTaskDiesMidExec(t *testing.T) {
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +369,7 @@ func TestReap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Our own sandbox, forgotten (as if Close had lost track of it).
-	sb, err := r.Create(ctx, runner.SandboxSpec{})
+	sb, err := r.Create(ctx, runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +401,7 @@ func TestReap(t *testing.T) {
 // stdout (same uid); the host keeps only a bounded tail, never a file.
 func TestAgentLogBounded(t *testing.T) {
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}

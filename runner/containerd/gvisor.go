@@ -78,7 +78,7 @@ func (s *Sandbox) revive(old *life) error {
 	if err := emptyDir(s.runDir); err != nil {
 		return fmt.Errorf("containerd: clear run dir: %w", err)
 	}
-	if s.spec.Network == runner.NetworkEgress {
+	if s.spec.Isolation.Network == runner.NetworkEgress {
 		if err := s.listenEgress(); err != nil {
 			return fmt.Errorf("containerd: egress: %w", err)
 		}

@@ -5,10 +5,10 @@
 // A sandbox is one container in its own containerd namespace (default
 // "sandboxd"): a read-only view snapshot of the image (overlayfs), fresh
 // /tmp and /dev/shm, the workspace bound at /workspace (or not at all), no
-// capabilities, no_new_privs, the tightened seccomp profile of package
-// policy, uid 65534, cgroup limits, and a network namespace with only
-// loopback (created and brought up by the runner, since the sandbox user
-// cannot). The agent binary is bind-mounted read-only from the host and
+// capabilities, no_new_privs, the seccomp profile and masked paths the
+// spec's isolation carries (policy.Compile decides them), uid 65534, cgroup
+// limits, and a network namespace with only loopback (created and brought
+// up by the runner, since the sandbox user cannot). The agent binary is bind-mounted read-only from the host and
 // talks to sandboxd over a unix socket in a per-sandbox host directory
 // (StateDir/<instance>/<id>/run, mounted at /run/sandboxd). Its stdout and
 // stderr go to a log file beside it, read only for error messages: every
@@ -36,7 +36,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
@@ -101,11 +100,6 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 }
 
 func (r *Runner) init(ctx context.Context) error {
-	for _, gvisor := range []bool{false, true} {
-		if _, err := policy.SeccompOCI(false, gvisor); err != nil {
-			return err
-		}
-	}
 	switch r.cfg.Runtime {
 	case "", "runc", RuntimeRunc:
 		r.runtime = RuntimeRunc

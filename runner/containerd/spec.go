@@ -18,17 +18,6 @@ const (
 	sandboxUID  = hostside.SandboxUID
 )
 
-// maskedPaths and readonlyPaths are Docker's defaults: kernel interfaces a
-// container must not read or write.
-var (
-	maskedPaths = []string{
-		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
-		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
-		"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
-	}
-	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
-)
-
 // specInput is everything one sandbox's OCI spec depends on.
 type specInput struct {
 	ID        string
@@ -39,20 +28,25 @@ type specInput struct {
 	RunDir    string // host dir mounted at /run/sandboxd
 	NetnsPath string // host path of the sandbox's network namespace
 	TmpBytes  int64
-	Seccomp   *specs.LinuxSeccomp
-	// GVisor adapts the limits to runsc (see gvisor.go).
+	// GVisor adapts the limits to runsc and takes the gVisor seccomp
+	// profile (see gvisor.go).
 	GVisor bool
 }
 
 // buildSpec is the whole isolation of one sandbox as an OCI runtime spec:
 // read-only root, fresh /tmp and /dev/shm, the agent bound read-only, the
-// run dir and the workspace (per WorkspaceMode), every namespace but the
-// user one (the network one prepared by the runner), the agent as uid 0
-// with only the agent's capabilities (it runs the code as sandboxUID with
-// none), no_new_privs, cgroup limits, rlimits, masked /proc paths and
-// seccomp. Pure: tests check it without a daemon.
+// run dir and the workspace (per the isolation's workspace mode), every
+// namespace but the user one (the network one prepared by the runner), the
+// agent as uid 0 with only the agent's capabilities (it runs the code as
+// sandboxUID with none), no_new_privs, cgroup limits, rlimits, and the
+// isolation's masked paths and seccomp profile. Pure: tests check it
+// without a daemon.
 func buildSpec(in specInput) *specs.Spec {
-	l := in.Limits
+	l, iso := in.Limits, in.Spec.Isolation
+	seccomp := iso.Seccomp
+	if in.GVisor {
+		seccomp = iso.SeccompGVisor
+	}
 	size, inodes := l.Tmpfs(in.TmpBytes) // /tmp and /dev/shm
 	tmp, tmpInodes := fmt.Sprintf("size=%d", size), fmt.Sprintf("nr_inodes=%d", inodes)
 	mounts := []specs.Mount{
@@ -70,7 +64,7 @@ func buildSpec(in specInput) *specs.Spec {
 		{Destination: agentBinary, Type: "bind", Source: in.AgentPath, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}},
 		{Destination: agentDir, Type: "bind", Source: in.RunDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec", "rprivate"}},
 	}
-	switch in.Spec.WorkspaceMode {
+	switch iso.Workspace {
 	case runner.WorkspaceReadOnly:
 		mounts = append(mounts, specs.Mount{Destination: runner.WorkspaceDir, Type: "bind", Source: in.Spec.Workspace, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}})
 	case runner.WorkspaceReadWrite:
@@ -95,7 +89,7 @@ func buildSpec(in specInput) *specs.Spec {
 		Hostname: "sandbox",
 		Root:     &specs.Root{Path: "rootfs", Readonly: true},
 		Process: &specs.Process{
-			Args: hostside.AgentArgs(in.Spec.Network == runner.NetworkEgress),
+			Args: hostside.AgentArgs(iso.Network == runner.NetworkEgress),
 			// The agent adds PATH and passes each Exec only what it
 			// asks for.
 			Env:             []string{},
@@ -124,9 +118,9 @@ func buildSpec(in specInput) *specs.Spec {
 				Pids:    &specs.LinuxPids{Limit: &pids},
 				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
 			},
-			MaskedPaths:   append([]string(nil), maskedPaths...),
-			ReadonlyPaths: append([]string(nil), readonlyPaths...),
-			Seccomp:       in.Seccomp,
+			MaskedPaths:   append([]string(nil), iso.MaskedPaths...),
+			ReadonlyPaths: append([]string(nil), iso.ReadonlyPaths...),
+			Seccomp:       seccomp,
 		},
 	}
 }

@@ -11,17 +11,13 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 func TestBuildSpec(t *testing.T) {
 	t.Parallel()
-	sc, err := policy.SeccompOCI(false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		mode   runner.WorkspaceMode
 		net    runner.NetworkMode
@@ -35,8 +31,8 @@ func TestBuildSpec(t *testing.T) {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			l := builtinDefaults
 			s := buildSpec(specInput{
-				ID: "sb1", Namespace: "ns", Spec: runner.SandboxSpec{Workspace: "/w", WorkspaceMode: tc.mode, Network: tc.net},
-				Limits: l, AgentPath: "/opt/agent", RunDir: "/state/sb1/run", NetnsPath: "/state/sb1/netns", TmpBytes: 1 << 20, Seccomp: sc,
+				ID: "sb1", Namespace: "ns", Spec: runner.SandboxSpec{Workspace: "/w", Isolation: runnertest.Isolation(tc.mode, tc.net)},
+				Limits: l, AgentPath: "/opt/agent", RunDir: "/state/sb1/run", NetnsPath: "/state/sb1/netns", TmpBytes: 1 << 20,
 			})
 			p := s.Process
 			// The agent: uid 0 with its capabilities only; the code's
@@ -99,8 +95,13 @@ func TestBuildSpec(t *testing.T) {
 			if !slices.Contains(lin.MaskedPaths, "/proc/kcore") || !slices.Contains(lin.ReadonlyPaths, "/proc/sys") {
 				t.Errorf("masked %v readonly %v", lin.MaskedPaths, lin.ReadonlyPaths)
 			}
-			if lin.Seccomp != sc {
-				t.Error("seccomp profile not the policy's")
+			iso := runnertest.Isolation(tc.mode, tc.net)
+			if lin.Seccomp != iso.Seccomp || !slices.Equal(lin.MaskedPaths, iso.MaskedPaths) || !slices.Equal(lin.ReadonlyPaths, iso.ReadonlyPaths) {
+				t.Error("seccomp profile or masked paths not the isolation's")
+			}
+			gv := buildSpec(specInput{ID: "sb1", Namespace: "ns", Spec: runner.SandboxSpec{Workspace: "/w", Isolation: iso}, Limits: l, GVisor: true})
+			if gv.Linux.Seccomp != iso.SeccompGVisor {
+				t.Error("gVisor sandbox without the isolation's gVisor profile")
 			}
 			rl := map[string]uint64{}
 			for _, r := range p.Rlimits {

@@ -64,13 +64,16 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err := hostside.MakeStateDir(s.stateDir); err != nil {
 		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
 	}
-	if spec.Network == runner.NetworkEgress {
+	if spec.Isolation.Network == runner.NetworkEgress {
 		if err := s.startEgress(); err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
 	}
 
-	cfg, hc := r.containerConfig(spec, limits, s.stateDir)
+	cfg, hc, err := r.containerConfig(spec, limits, s.stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
 	// The sandbox user must be able to write a read-write workspace.
 	owner, err := hostside.WorkspaceOwner(spec)
 	if err != nil {
@@ -151,7 +154,12 @@ func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
 }
 
 // containerConfig is the whole isolation of one sandbox.
-func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, stateDir string) (*container.Config, *container.HostConfig) {
+func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, stateDir string) (*container.Config, *container.HostConfig, error) {
+	iso := spec.Isolation
+	seccomp, err := r.seccompOpt(iso)
+	if err != nil {
+		return nil, nil, err
+	}
 	labels := maps.Clone(spec.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -184,9 +192,9 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		{Type: mount.TypeBind, Source: stateDir, Target: agentDir,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
 	}
-	if spec.WorkspaceMode != runner.WorkspaceNone {
+	if iso.Workspace != runner.WorkspaceNone {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: spec.Workspace, Target: runner.WorkspaceDir,
-			ReadOnly:    spec.WorkspaceMode == runner.WorkspaceReadOnly && !readOnlyMount(spec.Workspace),
+			ReadOnly:    iso.Workspace == runner.WorkspaceReadOnly && !readOnlyMount(spec.Workspace),
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
 	}
 	// /tmp and /dev/shm: size= and nr_inodes= (runner.Limits.Tmpfs).
@@ -205,7 +213,9 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		ReadonlyRootfs: true,
 		CapAdd:         hostside.AgentCapabilities(), // the agent's; ALL others dropped
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + r.seccompFor(spec)},
+		SecurityOpt:    []string{"no-new-privileges", seccomp},
+		MaskedPaths:    append([]string(nil), iso.MaskedPaths...),
+		ReadonlyPaths:  append([]string(nil), iso.ReadonlyPaths...),
 		Init:           &noInit,
 		AutoRemove:     false,
 		Runtime:        r.cfg.Runtime,
@@ -223,7 +233,7 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		},
 	}
 	r.applyGVisor(hc, l)
-	return cfg, hc
+	return cfg, hc, nil
 }
 
 // readOnlyMount reports whether dir is on a read-only mount (the

@@ -135,7 +135,7 @@ func TestConformance(t *testing.T) {
 func TestContainerIsolation(t *testing.T) {
 	r := newTestRunner(t, Config{})
 	ws := t.TempDir()
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly, Labels: map[string]string{"tenant": "t1"}})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone), Labels: map[string]string{"tenant": "t1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,8 @@ func TestContainerIsolation(t *testing.T) {
 		case o == "no-new-privileges":
 			nnp = true
 		case strings.HasPrefix(o, "seccomp="):
-			seccomp = strings.TrimPrefix(o, "seccomp=") == r.seccomp && strings.Contains(o, `"defaultAction": "SCMP_ACT_ERRNO"`)
+			want, _ := seccompJSON(runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone).Seccomp)
+			seccomp = strings.TrimPrefix(o, "seccomp=") == want && strings.Contains(o, `"defaultAction":"SCMP_ACT_ERRNO"`)
 		}
 	}
 	if !nnp || !seccomp {
@@ -241,7 +242,7 @@ func TestReapForeignOwner(t *testing.T) {
 		t.Fatal("stale state dir survived New")
 	}
 	// Our own unheld container is reaped by Reap too.
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +282,7 @@ func TestAgentFailsToStart(t *testing.T) {
 	os.Chmod(filepath.Dir(bad), 0o755)
 	r := newTestRunner(t, Config{AgentPath: bad, ReconcileInterval: -1})
 	start := time.Now()
-	_, err := r.Create(t.Context(), runner.SandboxSpec{ID: "broken-" + hostside.NewID()})
+	_, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), ID: "broken-" + hostside.NewID()})
 	if err == nil || !strings.Contains(err.Error(), "agent-is-broken") {
 		t.Fatalf("Create with a broken agent: %v; want the container's log in the error", err)
 	}
@@ -299,7 +300,7 @@ func TestAgentFailsToStart(t *testing.T) {
 
 func TestContainerDiesMidExec(t *testing.T) {
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +431,7 @@ func TestGarbageAgentKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newTestRunner(t, Config{AgentPath: script, ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
@@ -17,43 +15,23 @@ import (
 // no route out). The agent listens on runner.EgressProxyAddr on the
 // container's loopback and forwards each connection to the unix socket
 // <stateDir>/egress.sock (runner.EgressSocketPath inside), which the runner
-// listens on and hands to SandboxSpec.Egress. The seccomp profile allows
-// inet sockets so programs can reach the proxy address; with no route,
-// nothing else answers.
+// listens on and hands to SandboxSpec.Egress. The isolation's seccomp
+// profile allows inet sockets so programs can reach the proxy address; with
+// no route, nothing else answers.
 
 const egressSocketName = "egress.sock"
-
-// egressSeccomp is policy.SeccompProfile(true), built once.
-var egressSeccomp = sync.OnceValues(func() (string, error) {
-	b, err := policy.SeccompProfile(true)
-	return string(b), err
-})
 
 // entrypoint is the agent's command line for spec.
 func entrypoint(spec runner.SandboxSpec) []string {
 	// The agent model's command line: the code as sandboxUID, and with
 	// egress the proxy forwarder.
-	return hostside.AgentArgs(spec.Network == runner.NetworkEgress)
-}
-
-// seccompFor is the seccomp profile (JSON) of spec's container: inet
-// sockets only with NetworkEgress (startEgress, which runs first, has made
-// sure the egress profile builds).
-func (r *Runner) seccompFor(spec runner.SandboxSpec) string {
-	if spec.Network != runner.NetworkEgress {
-		return r.seccomp
-	}
-	prof, _ := egressSeccomp()
-	return prof
+	return hostside.AgentArgs(spec.Isolation.Network == runner.NetworkEgress)
 }
 
 // startEgress listens on the sandbox's egress socket and serves it with
 // spec.Egress until closeEgress. Called again (after the state dir was
 // emptied, e.g. a gVisor revive) it replaces the listener.
 func (s *Sandbox) startEgress() error {
-	if _, err := egressSeccomp(); err != nil {
-		return fmt.Errorf("egress seccomp profile: %w", err)
-	}
 	path := filepath.Join(s.stateDir, egressSocketName)
 	s.closeEgress()
 	os.Remove(path)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 // fakeAPI is a daemon that is up for Info and List but whose container
@@ -86,7 +87,7 @@ func TestCreateDaemonDies(t *testing.T) {
 	r := fakeRunner(t, f)
 	// Create succeeds, start finds the daemon gone: ErrUnavailable and
 	// the created container and state dir are removed.
-	_, err := r.Create(t.Context(), runner.SandboxSpec{ID: "s1"})
+	_, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), ID: "s1"})
 	if !errors.Is(err, runner.ErrUnavailable) {
 		t.Fatalf("Create: %v, want ErrUnavailable", err)
 	}
@@ -96,7 +97,7 @@ func TestCreateDaemonDies(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(r.stateRoot(), "s1")); err == nil {
 		t.Fatal("state dir left behind")
 	}
-	if _, err := r.Create(t.Context(), runner.SandboxSpec{ID: "s1"}); !errors.Is(err, runner.ErrUnavailable) {
+	if _, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), ID: "s1"}); !errors.Is(err, runner.ErrUnavailable) {
 		t.Fatalf("second Create: %v, want ErrUnavailable", err)
 	}
 }
@@ -104,18 +105,21 @@ func TestCreateDaemonDies(t *testing.T) {
 func TestCreateInvalid(t *testing.T) {
 	t.Parallel()
 	r := fakeRunner(t, &fakeAPI{err: errDead})
+	bogusWS, bogusNet := *runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), *runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)
+	bogusWS.Workspace, bogusNet.Network = "bogus", "bogus"
 	for _, tc := range []struct {
 		spec runner.SandboxSpec
 		want error
 	}{
-		{runner.SandboxSpec{ID: "../x"}, runner.ErrInvalidSpec},
-		{runner.SandboxSpec{WorkspaceMode: runner.WorkspaceReadWrite}, runner.ErrInvalidSpec},
-		{runner.SandboxSpec{Workspace: "relative", WorkspaceMode: runner.WorkspaceReadOnly}, runner.ErrInvalidSpec},
-		{runner.SandboxSpec{WorkspaceMode: "bogus"}, runner.ErrInvalidSpec},
-		{runner.SandboxSpec{Network: "bogus"}, runner.ErrInvalidSpec},
-		{runner.SandboxSpec{Network: runner.NetworkEgress}, runner.ErrInvalidSpec}, // no Egress
-		{runner.SandboxSpec{Limits: runner.Limits{MemoryBytes: -1}}, runner.ErrInvalidSpec},
-		{runner.SandboxSpec{Labels: map[string]string{LabelOwner: "me"}}, runner.ErrInvalidSpec},
+		{runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), ID: "../x"}, runner.ErrInvalidSpec},
+		{runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)}, runner.ErrInvalidSpec},
+		{runner.SandboxSpec{Workspace: "relative", Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)}, runner.ErrInvalidSpec},
+		{runner.SandboxSpec{Isolation: &bogusWS}, runner.ErrInvalidSpec},
+		{runner.SandboxSpec{Isolation: &bogusNet}, runner.ErrInvalidSpec},
+		{runner.SandboxSpec{}, runner.ErrInvalidSpec},                                                                            // no compiled isolation
+		{runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress)}, runner.ErrInvalidSpec}, // no Egress
+		{runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), Limits: runner.Limits{MemoryBytes: -1}}, runner.ErrInvalidSpec},
+		{runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), Labels: map[string]string{LabelOwner: "me"}}, runner.ErrInvalidSpec},
 	} {
 		if _, err := r.Create(t.Context(), tc.spec); !errors.Is(err, tc.want) {
 			t.Errorf("Create(%+v) = %v, want %v", tc.spec, err, tc.want)

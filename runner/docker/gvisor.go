@@ -6,14 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/agent"
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
@@ -28,11 +26,9 @@ import (
 //   - gVisor ignores the OCI seccomp profile unless runsc runs with
 //     --oci-seccomp; with it the Sentry applies the profile to the
 //     sandbox's tasks (Seccomp: 2 in /proc/self/status). It returns EPERM
-//     for every SCMP_ACT_ERRNO rule whatever its errnoRet, and glibc falls
-//     back from clone3 to clone only on ENOSYS: with the profile's
-//     "clone3 → ENOSYS" no thread could start (pthread_create fails). So
-//     under gVisor clone3 is allowed (gvisorSeccomp): the Sentry implements
-//     it, and namespaces it could create are the Sentry's, not the host's.
+//     for every SCMP_ACT_ERRNO rule whatever its errnoRet, so the
+//     container gets the isolation's SeccompGVisor (clone3 allowed: glibc
+//     falls back from clone3 to clone only on ENOSYS) instead of Seccomp.
 //   - Sandbox processes are Sentry tasks, not host processes. The host pids
 //     in the container's cgroup are runsc's own (sandbox, gofer, one
 //     systrap stub per address space), so the host-side stray killing
@@ -60,23 +56,6 @@ func isGVisor(name, path string) bool {
 	return strings.HasPrefix(name, "runsc")
 }
 
-// gvisorProfiles memoizes gvisorSeccomp (a handful of distinct profiles).
-var gvisorProfiles sync.Map // input profile → converted profile
-
-// gvisorSeccomp is policy.SeccompGVisor, memoized: the Docker seccomp
-// profile (JSON) for runsc --oci-seccomp.
-func gvisorSeccomp(profile string) (string, error) {
-	if out, ok := gvisorProfiles.Load(profile); ok {
-		return out.(string), nil
-	}
-	b, err := policy.SeccompGVisor([]byte(profile))
-	out := string(b)
-	if err == nil {
-		gvisorProfiles.Store(profile, out)
-	}
-	return out, err
-}
-
 // gvisorHostPIDs is the host pids limit of a gVisor sandbox allowed pids
 // tasks: runsc's baseline (~25 measured) plus a systrap stub task per
 // sandbox task, with room for the Sentry's own threads.
@@ -91,15 +70,6 @@ func (r *Runner) applyGVisor(hc *container.HostConfig, l runner.Limits) {
 	hc.Resources.PidsLimit = &host
 	nproc := hostside.GVisorNProc(l.PIDs)
 	hc.Resources.Ulimits = append(hc.Resources.Ulimits, &units.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
-	for i, opt := range hc.SecurityOpt {
-		if prof, ok := strings.CutPrefix(opt, "seccomp="); ok {
-			// probe checked the profile converts; on a failure the
-			// stricter original stays.
-			if g, err := gvisorSeccomp(prof); err == nil {
-				hc.SecurityOpt[i] = "seccomp=" + g
-			}
-		}
-	}
 }
 
 // beginExec waits for a revive or a sweep in progress, then counts an
@@ -211,7 +181,7 @@ func (s *Sandbox) revive() error {
 	if err := emptyDir(s.stateDir); err != nil {
 		return fmt.Errorf("docker: clear state dir: %w", err)
 	}
-	if s.spec.Network == runner.NetworkEgress {
+	if s.spec.Isolation.Network == runner.NetworkEgress {
 		if err := s.startEgress(); err != nil {
 			return fmt.Errorf("docker: %w", err)
 		}

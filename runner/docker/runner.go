@@ -3,8 +3,8 @@
 //
 // A sandbox is one container: read-only root, fresh /tmp and /dev/shm,
 // the workspace bound at /workspace (or not at all), no capabilities,
-// no_new_privs, the tightened seccomp profile of package policy, uid
-// 65534, no network (NetworkEgress: still none, plus the agent's proxy
+// no_new_privs, the seccomp profile and masked paths the spec's isolation
+// carries (policy.Compile decides them; seccomp.go), uid 65534, no network (NetworkEgress: still none, plus the agent's proxy
 // address forwarded to a per-sandbox egress socket, see egress.go), cgroup
 // limits. The agent binary is bind-mounted read-only from the host and
 // talks to sandboxd over a unix socket in a per-sandbox host directory
@@ -29,7 +29,6 @@ import (
 
 	"github.com/docker/docker/client"
 
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
@@ -59,7 +58,6 @@ const (
 type Runner struct {
 	cfg     Config
 	api     dockerAPI
-	seccomp string // policy.SeccompProfile(false) as JSON
 	caps    runner.Capabilities
 	started time.Time
 	// gvisor: cfg.Runtime is gVisor's runsc. Its sandbox processes live
@@ -96,11 +94,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 
 // newRunner is New with an injected API (unit tests use a fake).
 func newRunner(ctx context.Context, cfg Config, api dockerAPI) (*Runner, error) {
-	prof, err := policy.SeccompProfile(false)
-	if err != nil {
-		return nil, err
-	}
-	r := &Runner{cfg: cfg, api: api, seccomp: string(prof), live: map[string]*Sandbox{}, started: time.Now()}
+	r := &Runner{cfg: cfg, api: api, live: map[string]*Sandbox{}, started: time.Now()}
 	// 0711: the daemon and the sandbox user traverse it; nobody lists it.
 	if err := os.MkdirAll(r.stateRoot(), 0o711); err != nil {
 		return nil, fmt.Errorf("docker: state dir: %w", err)
@@ -145,11 +139,6 @@ func (r *Runner) probe(ctx context.Context) error {
 			return fmt.Errorf("docker: runtime %q not registered with the daemon: %w", r.cfg.Runtime, runner.ErrUnsupported)
 		}
 		r.gvisor = isGVisor(r.cfg.Runtime, rt.Path)
-	}
-	if r.gvisor {
-		if _, err := gvisorSeccomp(r.seccomp); err != nil {
-			return err
-		}
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/agent"
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
@@ -97,61 +95,10 @@ func TestIsGVisor(t *testing.T) {
 	}
 }
 
-// TestGVisorSeccomp: the clone3 → ENOSYS rule becomes an allow rule (gVisor
-// answers EPERM for every errno rule, which glibc does not fall back from),
-// and nothing else of the profile changes.
-func TestGVisorSeccomp(t *testing.T) {
-	t.Parallel()
-	for _, inet := range []bool{false, true} {
-		prof, err := policy.SeccompProfile(inet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := gvisorSeccomp(string(prof))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var before, after struct {
-			DefaultAction string `json:"defaultAction"`
-			Syscalls      []struct {
-				Names    []string `json:"names"`
-				Action   string   `json:"action"`
-				ErrnoRet *uint    `json:"errnoRet"`
-			} `json:"syscalls"`
-		}
-		if err := json.Unmarshal(prof, &before); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal([]byte(out), &after); err != nil {
-			t.Fatal(err)
-		}
-		if len(before.Syscalls) != len(after.Syscalls) || before.DefaultAction != after.DefaultAction {
-			t.Fatalf("inet=%v: profile changed shape: %d → %d rules", inet, len(before.Syscalls), len(after.Syscalls))
-		}
-		changed := 0
-		for i, b := range before.Syscalls {
-			a := after.Syscalls[i]
-			if b.Action == a.Action {
-				continue
-			}
-			changed++
-			if !slices.Equal(a.Names, []string{"clone3"}) || b.Action != "SCMP_ACT_ERRNO" || a.Action != "SCMP_ACT_ALLOW" || a.ErrnoRet != nil {
-				t.Errorf("inet=%v: rule %v changed %s → %s", inet, a.Names, b.Action, a.Action)
-			}
-		}
-		if changed != 1 {
-			t.Errorf("inet=%v: %d rules changed, want the clone3 one", inet, changed)
-		}
-		if again, _ := gvisorSeccomp(out); again != out {
-			t.Errorf("inet=%v: not idempotent", inet)
-		}
-	}
-}
-
 // TestRunscContainerConfig: what the runner changes for gVisor.
 func TestRunscContainerConfig(t *testing.T) {
 	r := newRunscRunner(t, Config{ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Limits: runner.Limits{PIDs: 50}})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), Limits: runner.Limits{PIDs: 50}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +120,10 @@ func TestRunscContainerConfig(t *testing.T) {
 	}
 	if !nproc { // 50 pids, one the agent's (hostside.GVisorNProc)
 		t.Errorf("no nproc ulimit of 49: %v", hc.Ulimits)
+	}
+	prof, _ := seccompJSON(runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone).SeccompGVisor)
+	if !slices.Contains(hc.SecurityOpt, "seccomp="+prof) {
+		t.Errorf("the container lacks the isolation's gVisor seccomp profile")
 	}
 	// Inside: the profile applies (--oci-seccomp), threads start (clone3
 	// allowed), processes and posix_spawn work, inet sockets are denied.
@@ -203,7 +154,7 @@ func TestRunscOOMRestarts(t *testing.T) {
 	r := newRunscRunner(t, Config{ReconcileInterval: -1})
 	ws := t.TempDir()
 	os.Chmod(ws, 0o755)
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite, Limits: runner.Limits{MemoryBytes: 96 << 20}})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone), Limits: runner.Limits{MemoryBytes: 96 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +205,7 @@ func TestRunscOOMRestarts(t *testing.T) {
 // processes (sandbox, gofer, stubs) for the container is left.
 func TestRunscCloseReaps(t *testing.T) {
 	r := newRunscRunner(t, Config{ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +272,7 @@ func hostProcs(s string) []string {
 // inside, by the next Exec; the REPL (in the agent's session) survives.
 func TestRunscDaemonsKilled(t *testing.T) {
 	r := newRunscRunner(t, Config{ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	if s.isClosed() {
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, runner.ErrClosed)
 	}
-	req, onOutput, err := hostside.ExecRequest(p, s.limits, s.spec.WorkspaceMode)
+	req, onOutput, err := hostside.ExecRequest(p, s.limits, s.spec.Isolation.Workspace)
 	if err != nil {
 		return runner.Result{}, err
 	}

@@ -7,10 +7,13 @@
 // until the parent has put it into the sandbox's cgroups and sent it its
 // configuration through an inherited pipe. It then builds a read-only root
 // (a tmpfs with read-only binds of the host's /usr, /bin, /lib*, /sbin, /etc,
-// or the configured Rootfs bound read-only), a fresh /proc with Docker's
-// masked paths, a minimal /dev, a size-capped /tmp and /dev/shm and the
-// workspace at /workspace; pivots into it; drops the capability bounding
-// set; applies Landlock (best effort) and a seccomp filter; sets rlimits; and
+// or the configured Rootfs bound read-only), a fresh /proc with the
+// isolation's masked and read-only paths, a minimal /dev, a size-capped /tmp
+// and /dev/shm and the workspace at /workspace; pivots into it; drops the
+// capability bounding set; applies Landlock (best effort) and the
+// isolation's seccomp profile (SandboxSpec.Isolation.Seccomp, compiled to
+// BPF by policy/seccompbpf at Create: the profile the containers get, no
+// policy of the runner's own; seccomp_linux.go); sets rlimits; and
 // forks the user command as uid/gid 65534 with no supplementary groups,
 // no capabilities and no_new_privs. The helper stays pid 1 of the namespace
 // as a reaper: it collects zombies, reports the command's exit status to the
@@ -22,8 +25,8 @@
 // namespace, listens on runner.EgressProxyAddr there and passes the
 // listening socket to the runner (SCM_RIGHTS) before the command starts; the
 // runner hands the connections of all Execs of a sandbox to
-// SandboxSpec.Egress (egress_linux.go). The seccomp filter then allows inet
-// sockets; the namespace still has no route out.
+// SandboxSpec.Egress (egress_linux.go). The isolation's seccomp profile
+// allows inet sockets there; the namespace still has no route out.
 //
 // No user namespace is used: the runner must run as root, and the user
 // command runs as an unprivileged uid in the initial user namespace.

@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 // TestEgressConcurrentExecs: every Exec has its own network namespace and
@@ -41,7 +42,7 @@ func TestEgressConcurrentExecs(t *testing.T) {
 		Allow:             []policy.EgressRule{{Host: "allowed.test", Ports: []int{port}}},
 		AllowPrivateCIDRs: []string{"127.0.0.0/8"},
 	}})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress, Egress: eg})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: eg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,13 +42,18 @@ type helperConfig struct {
 	GID         int      `json:"gid"`
 	NoFile      uint64   `json:"nofile"`
 	FileSize    uint64   `json:"fsize"`
-	// Seccomp is the assembled filter; empty: none (AllowWeak).
-	Seccomp      []unix.SockFilter `json:"seccomp,omitempty"`
-	Landlock     bool              `json:"landlock"`
-	WorkspaceRW  bool              `json:"workspace_rw,omitempty"`
-	SetHostname  bool              `json:"set_hostname"`
-	DropBounding bool              `json:"drop_bounding"`
-	SetCreds     bool              `json:"set_creds"`
+	// Seccomp is the compiled filter (struct sock_filter array); empty:
+	// none (AllowWeak).
+	Seccomp []byte `json:"seccomp,omitempty"`
+	// Masked and ReadOnly are the isolation's masked and read-only paths
+	// (maskPaths).
+	Masked       []string `json:"masked,omitempty"`
+	ReadOnly     []string `json:"read_only,omitempty"`
+	Landlock     bool     `json:"landlock"`
+	WorkspaceRW  bool     `json:"workspace_rw,omitempty"`
+	SetHostname  bool     `json:"set_hostname"`
+	DropBounding bool     `json:"drop_bounding"`
+	SetCreds     bool     `json:"set_creds"`
 	// EgressAddr, when set (NetworkEgress), is where the helper listens
 	// in the new network namespace; the socket goes back to the runner on
 	// helperEgressFD (egress_linux.go).

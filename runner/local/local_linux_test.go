@@ -66,11 +66,11 @@ func TestCapabilitiesAndFailClosed(t *testing.T) {
 	}
 	// A host lacking a feature: Create refuses, naming it.
 	weak := &Runner{cfg: r.cfg, cg: r.cg, caps: r.caps, missing: []string{"seccomp"}, live: map[string]*Sandbox{}}
-	_, err := weak.Create(t.Context(), runner.SandboxSpec{})
+	_, err := weak.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if !errors.Is(err, runner.ErrUnsupported) || !strings.Contains(err.Error(), "seccomp") {
 		t.Fatalf("Create on a weak host: %v", err)
 	}
-	_, err = r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress})
+	_, err = r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress)})
 	if !errors.Is(err, runner.ErrInvalidSpec) {
 		t.Fatalf("egress without SandboxSpec.Egress: %v", err)
 	}
@@ -78,15 +78,18 @@ func TestCapabilitiesAndFailClosed(t *testing.T) {
 	// host's network).
 	nonet := &Runner{cfg: r.cfg, cg: r.cg, caps: r.caps, live: map[string]*Sandbox{}}
 	nonet.caps.NetNamespace, nonet.caps.Network = false, false
-	_, err = nonet.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress, Egress: refuseEgress{}})
+	_, err = nonet.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: refuseEgress{}})
 	if !errors.Is(err, runner.ErrUnsupported) {
 		t.Fatalf("egress without a network namespace: %v", err)
 	}
+	bogus := *runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)
+	bogus.Workspace = "bogus"
 	for _, spec := range []runner.SandboxSpec{
-		{ID: "../x"},
-		{WorkspaceMode: runner.WorkspaceReadWrite},
-		{Workspace: "relative", WorkspaceMode: runner.WorkspaceReadOnly},
-		{WorkspaceMode: "bogus"},
+		{ID: "../x", Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)},
+		{Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)},
+		{Workspace: "relative", Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)},
+		{Isolation: &bogus},
+		{}, // no compiled isolation
 	} {
 		if _, err := r.Create(t.Context(), spec); !errors.Is(err, runner.ErrInvalidSpec) {
 			t.Errorf("Create(%+v) = %v, want ErrInvalidSpec", spec, err)
@@ -97,7 +100,7 @@ func TestCapabilitiesAndFailClosed(t *testing.T) {
 func TestReap(t *testing.T) {
 	r := newTestRunner(t)
 	ws := t.TempDir()
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{ID: "reapme", Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{ID: "reapme", Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +147,7 @@ func TestReap(t *testing.T) {
 		t.Errorf("workspace owner not restored: uid %d", uid)
 	}
 	// Live sandboxes of a live runner are not reaped.
-	sb2, err := r2.Create(t.Context(), runner.SandboxSpec{})
+	sb2, err := r2.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +203,7 @@ func TestRootfs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Image: rootfs})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), Image: rootfs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +220,7 @@ func TestRootfs(t *testing.T) {
 func TestRlimitsAndThreads(t *testing.T) {
 	r := newTestRunner(t)
 	ws := t.TempDir()
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite,
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone),
 		Limits: runner.Limits{FileSize: 1 << 20, NoFile: 64}})
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +268,7 @@ func TestReadOnlyMountsAsRoot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("ro"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +318,7 @@ func TestRelativeCommandAndDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "sub", "run.sh"), []byte("#!/bin/sh\necho \"$(pwd) $*\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}

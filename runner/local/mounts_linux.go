@@ -12,13 +12,6 @@ import (
 // hostSystemDirs are bound read-only into a host-view root (when present).
 var hostSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
 
-// Docker's masked and read-only /proc paths.
-var (
-	procMaskedFiles = []string{"kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "sysrq-trigger", "kmsg", "kpagecount", "kpageflags", "kpagecgroup", "config.gz", "vmallocinfo", "pagetypeinfo", "mtrr"}
-	procMaskedDirs  = []string{"acpi", "scsi", "asound", "driver"}
-	procReadOnly    = []string{"bus", "fs", "irq", "sys"}
-)
-
 const (
 	roBindFlags = unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
 )
@@ -103,8 +96,11 @@ func buildRoot(cfg *helperConfig) error {
 	if err := buildDev(filepath.Join(root, "dev"), tmpOpts); err != nil {
 		return fmt.Errorf("build /dev: %w", err)
 	}
-	if err := buildProc(filepath.Join(root, "proc")); err != nil {
-		return fmt.Errorf("build /proc: %w", err)
+	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	if err := maskPaths(root, cfg.Masked, cfg.ReadOnly); err != nil {
+		return err
 	}
 	if err := pivot(root); err != nil {
 		return err
@@ -160,30 +156,27 @@ func buildDev(dev, tmpOpts string) error {
 	return unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
 }
 
-func buildProc(proc string) error {
-	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return err
-	}
-	for _, n := range procMaskedFiles {
-		p := filepath.Join(proc, n)
-		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+// maskPaths applies the isolation's masked paths (a directory: an empty
+// read-only tmpfs over it; a file: /dev/null) and read-only paths under
+// root. Paths the sandbox lacks (this root has no /sys) are skipped.
+func maskPaths(root string, masked, readOnly []string) error {
+	for _, m := range masked {
+		p := filepath.Join(root, m)
+		fi, err := os.Stat(p)
+		if err != nil {
 			continue
 		}
-		if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("mask /proc/%s: %w", n, err)
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
+		} else {
+			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mask %s: %w", m, err)
 		}
 	}
-	for _, n := range procMaskedDirs {
-		p := filepath.Join(proc, n)
-		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
-			continue
-		}
-		if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0"); err != nil {
-			return fmt.Errorf("mask /proc/%s: %w", n, err)
-		}
-	}
-	for _, n := range procReadOnly {
-		p := filepath.Join(proc, n)
+	for _, m := range readOnly {
+		p := filepath.Join(root, m)
 		if _, err := os.Stat(p); err != nil {
 			continue
 		}

@@ -2,8 +2,6 @@ package local
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,8 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -36,9 +33,6 @@ type Runner struct {
 	missing []string // isolation features this host lacks
 	landlk  bool
 	root    bool // running as uid 0: privileges can be dropped
-	seccomp []unix.SockFilter
-	// seccompInet is seccomp without the inet denial (NetworkEgress).
-	seccompInet []unix.SockFilter
 
 	mu   sync.Mutex
 	live map[string]*Sandbox
@@ -81,19 +75,17 @@ func (r *Runner) probe() {
 	} else {
 		r.cg, r.caps.Cgroups = h, true
 	}
-	if r.seccomp = seccompFilter(); r.seccomp != nil {
-		r.caps.Seccomp = true
-		r.seccompInet, _ = seccompProgram(false)
+	if err := seccompSupported(); err != nil {
+		r.missing = append(r.missing, "seccomp ("+err.Error()+")")
 	} else {
-		r.missing = append(r.missing, "seccomp")
+		r.caps.Seccomp = true
 	}
 	// Landlock is defence in depth behind read-only mounts: used when
 	// present, not required.
 	r.landlk = landlockABI() > 0
 	r.caps.Landlock = r.landlk
-	// NetworkEgress needs the network namespace (no route out) and, when
-	// seccomp is in use, the filter that allows inet sockets.
-	r.caps.Network = r.caps.NetNamespace && (!r.caps.Seccomp || r.seccompInet != nil)
+	// NetworkEgress needs the network namespace (no route out).
+	r.caps.Network = r.caps.NetNamespace
 }
 
 // probeNamespaces starts the helper once with every namespace flag.
@@ -165,34 +157,19 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, err
 	}
 	if spec.ID == "" {
-		spec.ID = newID()
+		spec.ID = ids.Short("sbx-")
 	}
 	if !validName(spec.ID) {
 		return nil, fmt.Errorf("create sandbox: id %q: %w", spec.ID, runner.ErrInvalidSpec)
 	}
-	switch spec.Network {
-	case "", runner.NetworkNone:
-	case runner.NetworkEgress:
-		if spec.Egress == nil {
-			return nil, fmt.Errorf("create sandbox: network %q needs SandboxSpec.Egress: %w", spec.Network, runner.ErrInvalidSpec)
-		}
-		if !r.caps.Network {
-			return nil, fmt.Errorf("create sandbox: network %q needs a network namespace: %w", spec.Network, runner.ErrUnsupported)
-		}
-	default:
-		return nil, fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
+	if err := runner.CheckIsolation(spec); err != nil {
+		return nil, err
 	}
-	switch spec.WorkspaceMode {
-	case "":
-		spec.WorkspaceMode = runner.WorkspaceNone
-		if spec.Workspace != "" {
-			spec.WorkspaceMode = runner.WorkspaceReadOnly
-		}
-	case runner.WorkspaceNone, runner.WorkspaceReadOnly, runner.WorkspaceReadWrite:
-	default:
-		return nil, fmt.Errorf("create sandbox: workspace mode %q: %w", spec.WorkspaceMode, runner.ErrInvalidSpec)
+	iso := spec.Isolation
+	if iso.Network == runner.NetworkEgress && !r.caps.Network {
+		return nil, fmt.Errorf("create sandbox: network %q needs a network namespace: %w", iso.Network, runner.ErrUnsupported)
 	}
-	if spec.WorkspaceMode != runner.WorkspaceNone {
+	if iso.Workspace != runner.WorkspaceNone {
 		if spec.Workspace == "" || !filepath.IsAbs(spec.Workspace) {
 			return nil, fmt.Errorf("create sandbox: workspace %q must be an absolute path: %w", spec.Workspace, runner.ErrInvalidSpec)
 		}
@@ -219,6 +196,14 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		r.cfg.Logger.Warn("local runner: creating a sandbox with weakened isolation (AllowWeak)",
 			"sandbox", spec.ID, "missing", strings.Join(r.missing, ", "))
 	}
+	var filter []byte
+	if r.caps.Seccomp {
+		f, err := compileSeccomp(iso.Seccomp)
+		if err != nil {
+			return nil, fmt.Errorf("create sandbox: seccomp profile: %w: %w", err, runner.ErrInvalidSpec)
+		}
+		filter = f
+	}
 	limits := mergeLimits(spec.Limits, r.cfg.Defaults)
 	s := &Sandbox{
 		r:        r,
@@ -227,6 +212,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		rootfs:   rootfs,
 		stateDir: filepath.Join(r.cfg.StateDir, spec.ID),
 		closing:  make(chan struct{}),
+		seccomp:  filter,
 	}
 	r.mu.Lock()
 	if _, dup := r.live[spec.ID]; dup {
@@ -251,7 +237,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	own := owner{PID: os.Getpid(), Start: procStart(os.Getpid()), Cgroup: filepath.Join(r.cfg.CgroupParent, spec.ID)}
-	if spec.WorkspaceMode == runner.WorkspaceReadWrite {
+	if iso.Workspace == runner.WorkspaceReadWrite {
 		fi, err := os.Stat(spec.Workspace)
 		if err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
@@ -279,7 +265,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
 	}
-	if spec.Network == runner.NetworkEgress {
+	if iso.Network == runner.NetworkEgress {
 		s.egress = newFanIn()
 		eg, id, log := spec.Egress, spec.ID, r.cfg.Logger
 		go func() {
@@ -289,12 +275,6 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		}()
 	}
 	return s, nil
-}
-
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "sbx-" + hex.EncodeToString(b[:])
 }
 
 func writeOwner(dir string, o owner) error {

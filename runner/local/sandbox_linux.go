@@ -35,6 +35,9 @@ type Sandbox struct {
 	owner    owner
 	cg       *cgroup // nil without cgroups (AllowWeak)
 	egress   *fanIn  // NetworkEgress: every Exec's proxy connections, served by spec.Egress
+	// seccomp is the isolation's profile compiled to BPF; nil without
+	// seccomp (AllowWeak).
+	seccomp []byte
 
 	mu       sync.Mutex
 	closed   bool
@@ -192,7 +195,8 @@ func (s *Sandbox) helperConfig(p runner.Process) helperConfig {
 	if !hasPath {
 		env = append(env, defaultPath)
 	}
-	ws := s.spec.WorkspaceMode != runner.WorkspaceNone
+	iso := s.spec.Isolation
+	ws := iso.Workspace != runner.WorkspaceNone
 	caps := s.r.caps
 	dir := p.Dir
 	if dir == "" {
@@ -222,24 +226,24 @@ func (s *Sandbox) helperConfig(p runner.Process) helperConfig {
 		GID:          s.r.cfg.GID,
 		NoFile:       uint64(s.limits.NoFile),
 		FileSize:     uint64(s.limits.FileSize),
-		Seccomp:      s.r.seccomp, // denies inet sockets
+		Seccomp:      s.seccomp,
+		Masked:       iso.MaskedPaths,
+		ReadOnly:     iso.ReadonlyPaths,
 		Landlock:     s.r.landlk && caps.MountNamespace,
 		SetHostname:  caps.MountNamespace,
 		DropBounding: s.r.root,
 		SetCreds:     s.r.root,
 	}
 	if s.egress != nil {
-		// Inet sockets so programs reach the proxy on their loopback;
-		// the namespace has no other interface and no route.
+		// The isolation's profile allows inet sockets, so programs
+		// reach the proxy on their loopback; the namespace has no other
+		// interface and no route.
 		cfg.EgressAddr = runner.EgressProxyAddr
-		if len(cfg.Seccomp) > 0 {
-			cfg.Seccomp = s.r.seccompInet
-		}
 	}
 	if ws {
 		cfg.Workspace = s.spec.Workspace
-		cfg.WorkspaceRO = s.spec.WorkspaceMode == runner.WorkspaceReadOnly
-		cfg.WorkspaceRW = s.spec.WorkspaceMode == runner.WorkspaceReadWrite
+		cfg.WorkspaceRO = iso.Workspace == runner.WorkspaceReadOnly
+		cfg.WorkspaceRW = iso.Workspace == runner.WorkspaceReadWrite
 	}
 	return cfg
 }

@@ -25,7 +25,7 @@ import (
 // GVisorKnownLeaks are what gVisor's kernel (the Sentry) lets the code see
 // of pid 1 whatever the runner does; Factory.KnownLeaks of runsc backends.
 var GVisorKnownLeaks = map[string]string{
-	"list /proc/1/fdinfo": "gVisor's procfs lets any task list and read another's fdinfo: fd numbers, positions and open flags, not what the fds are (the fd directory and its links stay closed)",
+	"list /proc/1/fdinfo":   "gVisor's procfs lets any task list and read another's fdinfo: fd numbers, positions and open flags, not what the fds are (the fd directory and its links stay closed)",
 	"workspace lacks nodev": "gVisor's VFS has no nodev (runsc drops the option); a device node in the workspace opens only the Sentry's own emulation of that device number, never a host device (the host mount is nodev too)",
 	"open a 1:3 node":       "a 1:3 node in the workspace opens the Sentry's own /dev/null (gVisor emulates devices by number and opens no host device: 1:1 is ENXIO)",
 	LeakTmpfsInodes:         "runsc passes only mode, size, uid and gid to its tmpfs mounts: nr_inodes is dropped, so the files in /tmp and /dev/shm are bounded by the sandbox's memory limit (each is Sentry memory in its cgroup: past it the sandbox is OOM-killed), not by disk_inodes",
@@ -440,7 +440,7 @@ attempt("setuid-root programs", suid)
 // caller (write_file) belong to the code's uid and gid.
 func (s *suite) testAgentFilesOwned(t *testing.T) {
 	ws := workspace(t)
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	as, ok := sb.(runner.AgentSandbox)
 	s.need(t, ok, "an agent with file operations")
 	if err := as.Agent().WriteFile(t.Context(), "deep/er/f.txt", []byte("x"), 0o640); err != nil {

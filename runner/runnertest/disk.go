@@ -86,7 +86,7 @@ func (s *suite) testWorkspaceMountFlags(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			dir, view := workspaceOf(t, wsfs.Limits{Bytes: wsfs.MinBytes}, mode == runner.WorkspaceReadOnly)
 			plantPrivileged(t, dir)
-			sb := s.sandbox(t, runner.SandboxSpec{Workspace: view, WorkspaceMode: mode})
+			sb := s.sandbox(t, runner.SandboxSpec{Workspace: view, Isolation: Isolation(mode, runner.NetworkNone)})
 			s.attack(t, sb, []string{"workspace lacks nosuid", "workspace lacks nodev", "run a set-user-ID-root program",
 				"open a 1:3 node", "open a 1:1 node", "open the workspace's block device"}, `
 st = os.statvfs("/workspace")
@@ -204,7 +204,7 @@ func (s *suite) testDiskLimits(t *testing.T) {
 	s.need(t, s.caps.MountNamespace, "a fresh /tmp (mount namespace)")
 	l := runner.Limits{DiskBytes: 32 << 20, DiskInodes: 512}
 	dir, view := workspaceOf(t, wsfs.Limits{Bytes: l.DiskBytes, Inodes: l.DiskInodes}, false)
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: view, WorkspaceMode: runner.WorkspaceReadWrite, Limits: l})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: view, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone), Limits: l})
 	var before unix.Statfs_t
 	if err := unix.Statfs(filepath.Dir(dir), &before); err != nil {
 		t.Fatal(err)

@@ -75,7 +75,7 @@ func (s *suite) testEgress(t *testing.T) {
 		},
 	})}
 
-	sb := s.sandbox(t, runner.SandboxSpec{Network: runner.NetworkEgress, Egress: eg})
+	sb := s.sandbox(t, runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: eg})
 	proxyURL := "http://" + runner.EgressProxyAddr
 	script := fmt.Sprintf(`import socket, urllib.request, urllib.error
 port = %d
@@ -176,7 +176,7 @@ for host, p in %s:
 
 	// A NetworkNone sandbox of the same runner still has no inet sockets.
 	if s.caps.Seccomp {
-		none := s.sandbox(t, runner.SandboxSpec{Network: runner.NetworkNone})
+		none := s.sandbox(t, runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 		res := s.py(t, none, `import socket, errno
 try:
     socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -191,7 +191,7 @@ except OSError as e:
 
 func (s *suite) testEgressNeedsEgress(t *testing.T) {
 	s.need(t, s.caps.Network, "network egress")
-	_, err := s.r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress})
+	_, err := s.r.Create(t.Context(), runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkEgress)})
 	if err == nil {
 		t.Fatal("Create with NetworkEgress and no Egress succeeded")
 	}

@@ -20,7 +20,7 @@ func (s *suite) testWorkspaceRW(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("from host"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	res := s.sh(t, sb, "cat in.txt && echo written > out.txt && mkdir -p sub && echo deep > sub/f")
 	mustOK(t, res)
 	if string(res.Stdout) != "from host" {
@@ -43,7 +43,7 @@ func (s *suite) testWorkspaceRW(t *testing.T) {
 
 func (s *suite) testWorkspacePersists(t *testing.T) {
 	ws := workspace(t)
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	mustOK(t, s.sh(t, sb, "echo one > state; mkdir d; echo two > d/x"))
 	res := s.sh(t, sb, "cat state d/x")
 	mustOK(t, res)
@@ -72,7 +72,7 @@ func (s *suite) testWorkspaceRO(t *testing.T) {
 	if err := os.Chmod(filepath.Join(ws, "in.txt"), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: view, WorkspaceMode: runner.WorkspaceReadOnly})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: view, Isolation: Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)})
 	res := s.sh(t, sb, "cat in.txt")
 	mustOK(t, res)
 	if string(res.Stdout) != "ro data" {
@@ -100,7 +100,7 @@ func (s *suite) testWorkspaceNone(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "secret"), []byte("s3cret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceNone})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	res := s.sh(t, sb, "pwd; cat "+runner.WorkspaceDir+"/secret; cat "+ws+"/secret; ls -a "+runner.WorkspaceDir)
 	if strings.Contains(string(res.Stdout), "s3cret") {
 		t.Fatalf("WorkspaceNone exposed the workspace: %s", res.Stdout)
@@ -169,7 +169,7 @@ func (s *suite) testWriteOutside(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(outside, "host-secret"), []byte("hush"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	res := s.sh(t, sb, fmt.Sprintf(`cat %[1]s/host-secret; echo pwn > %[1]s/pwned; echo pwn > ../escape; ln -s / root-link && echo pwn > root-link/escape2; ln -s %[1]s out && echo pwn > out/pwned2; cat /proc/1/root/%[1]s/host-secret; true`, outside))
 	if strings.Contains(string(res.Stdout), "hush") {
 		t.Fatalf("read a host file outside the workspace: %s", res.Stdout)
@@ -198,7 +198,7 @@ func (s *suite) testNoNetwork(t *testing.T) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	sb := s.sandbox(t, runner.SandboxSpec{Network: runner.NetworkNone})
+	sb := s.sandbox(t, runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	res := s.py(t, sb, fmt.Sprintf(`import socket
 for host in ["127.0.0.1", "10.0.0.1", "1.1.1.1"]:
     try:
@@ -226,7 +226,7 @@ for host in ["127.0.0.1", "10.0.0.1", "1.1.1.1"]:
 
 func (s *suite) testInetSocket(t *testing.T) {
 	s.need(t, s.caps.Seccomp, "socket family filtering (seccomp)")
-	sb := s.sandbox(t, runner.SandboxSpec{Network: runner.NetworkNone})
+	sb := s.sandbox(t, runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	res := s.py(t, sb, `import socket, errno
 out = []
 for fam, typ in [(socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET, socket.SOCK_DGRAM), (socket.AF_INET6, socket.SOCK_STREAM), (socket.AF_NETLINK, socket.SOCK_RAW), (socket.AF_PACKET, socket.SOCK_RAW)]:
@@ -252,7 +252,7 @@ func (s *suite) testEgressRefused(t *testing.T) {
 	if s.caps.Network {
 		t.Skipf("runner %q supports network egress; covered by its own tests", s.r.Name())
 	}
-	_, err := s.r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress})
+	_, err := s.r.Create(t.Context(), runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkEgress)})
 	if !errors.Is(err, runner.ErrUnsupported) {
 		t.Fatalf("Create with NetworkEgress: %v, want ErrUnsupported", err)
 	}

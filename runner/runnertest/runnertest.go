@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 // Factory describes the backend under test.
@@ -101,6 +103,9 @@ func Run(t *testing.T, f Factory) {
 		{"AgentSocket", s.testAgentSocket},
 		{"AgentFilesOwned", s.testAgentFilesOwned},
 		{"SyscallAttacks", s.testSyscallAttacks},
+		{"HighBitArgs", s.testHighBitArgs},
+		{"IoctlCommands", s.testIoctlCommands},
+		{"Clone3UserNS", s.testClone3UserNS},
 		{"OOM", s.testOOM},
 		{"PIDsLimit", s.testPIDs},
 		{"DaemonsKilled", s.testDaemons},
@@ -108,16 +113,42 @@ func Run(t *testing.T, f Factory) {
 		{"CloseReapsEverything", s.testClose},
 		{"InvalidProcess", s.testInvalid},
 		{"PolicyRows", s.testPolicyRows},
+		{"NoIsolationRefused", s.testNoIsolation},
+		{"MaskedPaths", s.testMaskedPaths},
 	} {
 		t.Run(tc.name, tc.fn)
 	}
 }
 
-// sandbox creates a sandbox, closed (and checked for leftovers) at cleanup.
+// Isolation is the isolation policy.Compile gives a tool with the exec
+// effect and the effects that make workspace mode ws (file_read,
+// file_write) and network mode network (http): the specs of the suite,
+// and of backend tests, are compiled as the job service compiles them.
+func Isolation(ws runner.WorkspaceMode, network runner.NetworkMode) *runner.Isolation {
+	effects := []tools.Effect{tools.EffectExec}
+	switch ws {
+	case runner.WorkspaceReadOnly:
+		effects = append(effects, tools.EffectFileRead)
+	case runner.WorkspaceReadWrite:
+		effects = append(effects, tools.EffectFileWrite)
+	}
+	if network == runner.NetworkEgress {
+		effects = append(effects, tools.EffectHTTP)
+	}
+	iso := policy.Compile(effects).Spec
+	if iso.Workspace != ws || iso.Network != network {
+		panic(fmt.Sprintf("runnertest: effects %v compile to %s/%s, not %s/%s", effects, iso.Workspace, iso.Network, ws, network))
+	}
+	return iso
+}
+
+// sandbox creates a sandbox, closed (and checked for leftovers) at
+// cleanup. A spec without isolation gets exec's (no workspace, no
+// network).
 func (s *suite) sandbox(t *testing.T, spec runner.SandboxSpec) runner.Sandbox {
 	t.Helper()
-	if spec.Network == "" {
-		spec.Network = runner.NetworkNone
+	if spec.Isolation == nil {
+		spec.Isolation = Isolation(runner.WorkspaceNone, runner.NetworkNone)
 	}
 	sb, err := s.r.Create(t.Context(), spec)
 	if err != nil {
@@ -132,6 +163,22 @@ func (s *suite) sandbox(t *testing.T, spec runner.SandboxSpec) runner.Sandbox {
 		s.checkLeftovers(t, sb.ID())
 	})
 	return sb
+}
+
+// spec returns base for a sandbox with (http) or without the http effect;
+// with it, every egress connection is refused.
+func (s *suite) spec(t *testing.T, base runner.SandboxSpec, http bool) runner.SandboxSpec {
+	t.Helper()
+	ws := runner.WorkspaceNone
+	if base.Isolation != nil {
+		ws = base.Isolation.Workspace
+	}
+	base.Isolation = Isolation(ws, runner.NetworkNone)
+	if http {
+		s.need(t, s.caps.Network, "egress (http effect)")
+		base.Isolation, base.Egress = Isolation(ws, runner.NetworkEgress), refuseEgress{}
+	}
+	return base
 }
 
 func (s *suite) checkLeftovers(t *testing.T, id string) {

@@ -1,13 +1,12 @@
 package hostside
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -37,15 +36,12 @@ func validName(s string, max int, slash bool) bool {
 	return true
 }
 
-// NewID returns a random sandbox ID.
-func NewID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// NewID returns a random sandbox or instance ID: 16 hex digits
+// (ids.Short, kept short for the unix socket paths it becomes part of).
+func NewID() string { return ids.Short("") }
 
-// CheckSpec validates a container sandbox's spec and fills its defaults
-// (an ID, network none, the workspace mode). Errors wrap
+// CheckSpec validates a container sandbox's spec (runner.CheckIsolation
+// included) and fills in its ID when empty. Errors wrap
 // runner.ErrInvalidSpec.
 func CheckSpec(spec *runner.SandboxSpec) error {
 	if spec.ID == "" {
@@ -54,27 +50,10 @@ func CheckSpec(spec *runner.SandboxSpec) error {
 	if !ValidID(spec.ID) {
 		return fmt.Errorf("create sandbox: id %q: %w", spec.ID, runner.ErrInvalidSpec)
 	}
-	switch spec.Network {
-	case "", runner.NetworkNone:
-		spec.Network = runner.NetworkNone
-	case runner.NetworkEgress:
-		if spec.Egress == nil {
-			return fmt.Errorf("create sandbox: network %q needs SandboxSpec.Egress: %w", spec.Network, runner.ErrInvalidSpec)
-		}
-	default:
-		return fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
+	if err := runner.CheckIsolation(*spec); err != nil {
+		return err
 	}
-	switch spec.WorkspaceMode {
-	case "":
-		spec.WorkspaceMode = runner.WorkspaceNone
-		if spec.Workspace != "" {
-			spec.WorkspaceMode = runner.WorkspaceReadOnly
-		}
-	case runner.WorkspaceNone, runner.WorkspaceReadOnly, runner.WorkspaceReadWrite:
-	default:
-		return fmt.Errorf("create sandbox: workspace mode %q: %w", spec.WorkspaceMode, runner.ErrInvalidSpec)
-	}
-	if spec.WorkspaceMode != runner.WorkspaceNone {
+	if spec.Isolation.Workspace != runner.WorkspaceNone {
 		if spec.Workspace == "" || !filepath.IsAbs(spec.Workspace) {
 			return fmt.Errorf("create sandbox: workspace %q must be an absolute path: %w", spec.Workspace, runner.ErrInvalidSpec)
 		}

@@ -27,7 +27,7 @@ const SandboxUID = policy.CodeUID
 // WorkspaceOwner returns "uid:gid" of a read-write workspace that the
 // sandbox user does not own, "" when no chown is needed.
 func WorkspaceOwner(spec runner.SandboxSpec) (string, error) {
-	if spec.WorkspaceMode != runner.WorkspaceReadWrite {
+	if spec.Isolation.Workspace != runner.WorkspaceReadWrite {
 		return "", nil
 	}
 	fi, err := os.Stat(spec.Workspace)
