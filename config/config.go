@@ -43,7 +43,7 @@ const DefaultTenant = "default"
 type Config struct {
 	Addr        string `yaml:"addr" env:"SANDBOXD_ADDR" flag:"addr" check:"hostport" doc:"the API's listen address (HOST:PORT)"`
 	MetricsAddr string `yaml:"metrics_addr" env:"SANDBOXD_METRICS_ADDR" flag:"metrics-addr" check:"hostport" doc:"the Prometheus /metrics listener, without authentication: keep it on loopback or a private network (HOST:PORT; port 0 picks a free one, logged)"`
-	DataDir     string `yaml:"data_dir" env:"SANDBOXD_DATA_DIR" flag:"data-dir" check:"required,abspath" default:"/var/lib/sandboxd as root, else $XDG_DATA_HOME/sandboxd or ~/.local/share/sandboxd" doc:"holds sandboxd.db (SQLite: jobs, their events and artifacts, sessions, approvals), run/ (sandbox state) and workspaces/"`
+	DataDir     string `yaml:"data_dir" env:"SANDBOXD_DATA_DIR" flag:"data-dir" check:"required,abspath" default:"/var/lib/sandboxd as root, else $XDG_DATA_HOME/sandboxd or ~/.local/share/sandboxd" doc:"one sandboxd at a time (sandboxd.lock: a second serve on it exits at once naming the holder's pid); holds sandboxd.db (SQLite: jobs, their events and artifacts, sessions, approvals), run/, docker/ or containerd/ (sandbox state; the container runners' socket paths under it must fit 108 bytes, or serve refuses to start) and workspaces/ (at start, every workspace no live job or session owns is removed)"`
 	LogLevel    string `yaml:"log_level" env:"SANDBOXD_LOG_LEVEL" flag:"log-level" check:"oneof=debug info warn error" doc:"debug, info, warn or error; text to stderr"`
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cancelled.
@@ -72,8 +72,10 @@ type Runner struct {
 
 // LocalRunner configures the local (namespaces + cgroups) runner.
 type LocalRunner struct {
-	Rootfs    string `yaml:"rootfs" env:"SANDBOXD_ROOTFS" check:"abspath" default:"empty: a read-only view of the host's /usr /bin /sbin /lib* /etc" doc:"an unpacked image bound read-only as the sandbox root"`
-	AllowWeak bool   `yaml:"allow_weak" env:"SANDBOXD_ALLOW_WEAK" doc:"run sandboxes even where this host lacks an isolation feature (logged on every sandbox); off, such sandboxes are refused"`
+	Rootfs       string `yaml:"rootfs" env:"SANDBOXD_ROOTFS" check:"abspath" default:"empty: a read-only view of the host's /usr /bin /sbin /lib* /etc" doc:"an unpacked image bound read-only as the sandbox root (it needs /proc, /dev, /tmp and /run)"`
+	AllowWeak    bool   `yaml:"allow_weak" env:"SANDBOXD_ALLOW_WEAK" doc:"run sandboxes even where this host lacks an isolation feature but namespaces (cgroups, seccomp; logged on every sandbox); off, such sandboxes are refused"`
+	AgentPath    string `yaml:"agent_path" env:"SANDBOXD_AGENT_PATH" check:"abspath" default:"sandbox-agent next to sandboxd or on PATH" doc:"the static sandbox-agent binary, every sandbox's pid 1"`
+	LauncherPath string `yaml:"launcher_path" env:"SANDBOXD_LAUNCHER_PATH" check:"abspath" default:"sandbox-launch next to sandboxd or on PATH" doc:"the static sandbox-launch binary that builds each sandbox's isolation and starts the agent in it"`
 }
 
 // DockerRunner configures the Docker runner (runner.name: docker).
@@ -135,7 +137,7 @@ type Sessions struct {
 type Pool struct {
 	// Size is the ready sandboxes kept per pooled profile; 0 disables.
 	// Unset (nil) means the runner's default, see (*Config).Complete.
-	Size *int `yaml:"size" env:"SANDBOXD_POOL_SIZE" check:"nonnegative" default:"unset: 2 on the docker and containerd runners (a container takes ~200 ms to create), 0 on the local runner (a sandbox takes ~2 ms; a background refill would compete with the next job for the cores)" doc:"ready sandboxes per pooled profile (the default profile of python_repl and bash); 0 disables the pool"`
+	Size *int `yaml:"size" env:"SANDBOXD_POOL_SIZE" check:"nonnegative" default:"unset: 2 (a container takes ~200 ms to create, a local sandbox ~17 ms)" doc:"ready sandboxes per pooled profile (the default profile of python_repl and bash); 0 disables the pool"`
 	// MaxSandboxes caps the sandboxes alive (sessions, pooled, in use).
 	MaxSandboxes int `yaml:"max_sandboxes" env:"SANDBOXD_MAX_SANDBOXES" check:"positive" doc:"sandboxes alive at once (sessions, pooled and in use): the pool stops refilling and new sessions get 429 past it"`
 }

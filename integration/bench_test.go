@@ -48,7 +48,7 @@ func BenchmarkSpawn(b *testing.B) {
 		})
 	})
 
-	r, err := local.New(local.Config{StateDir: b.TempDir()})
+	r, err := local.New(local.Config{StateDir: b.TempDir(), AgentPath: agentPath, LauncherPath: launcherPath})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -68,7 +68,7 @@ tenants:
           - {host: "localhost", ports: [%[1]s]}
         allow_private_cidrs: [0.0.0.0/0, "::/0"]
 `, ps, okPort)
-			s := &server{t: t, DataDir: t.TempDir(), addr: addr, Config: filepath.Join(t.TempDir(), "sandboxd.yaml")}
+			s := &server{t: t, DataDir: dataDir(t), addr: addr, Config: filepath.Join(t.TempDir(), "sandboxd.yaml")}
 			if err := os.WriteFile(s.Config, []byte(config), 0o600); err != nil {
 				t.Fatal(err)
 			}

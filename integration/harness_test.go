@@ -19,14 +19,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/sandboxd/sandboxd/runner/local"
 )
 
-var binPath, agentPath string
+var binPath, agentPath, launcherPath string
 
 func TestMain(m *testing.M) {
-	local.MaybeHelper()
 	if os.Geteuid() != 0 {
 		fmt.Println("integration tests need root (namespaces, cgroups)")
 		os.Exit(0)
@@ -37,7 +34,8 @@ func TestMain(m *testing.M) {
 	}
 	binPath = filepath.Join(dir, "sandboxd")
 	agentPath = filepath.Join(dir, "sandbox-agent")
-	for _, b := range []struct{ out, pkg string }{{binPath, "../cmd/sandboxd"}, {agentPath, "../cmd/sandbox-agent"}} {
+	launcherPath = filepath.Join(dir, "sandbox-launch") // found next to sandboxd, like the agent
+	for _, b := range []struct{ out, pkg string }{{binPath, "../cmd/sandboxd"}, {agentPath, "../cmd/sandbox-agent"}, {launcherPath, "../cmd/sandbox-launch"}} {
 		build := exec.Command("go", "build", "-o", b.out, b.pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stdout, build.Stderr = os.Stdout, os.Stderr
@@ -79,6 +77,19 @@ func freeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// dataDir is a fresh data dir, removed at the end of the test. Not
+// t.TempDir: a long test name makes the container runners' socket paths
+// under it exceed the kernel's 108 bytes, which sandboxd refuses.
+func dataDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sbd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // startServer starts sandboxd with the given YAML config (may be empty).
 func startServer(t testing.TB, config string) *server {
 	t.Helper()
@@ -88,7 +99,7 @@ func startServer(t testing.TB, config string) *server {
 // startServerArgs is startServer with more serve flags.
 func startServerArgs(t testing.TB, config string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, DataDir: t.TempDir(), addr: freeAddr(t), metrics: freeAddr(t), Args: args}
+	s := &server{t: t, DataDir: dataDir(t), addr: freeAddr(t), metrics: freeAddr(t), Args: args}
 	if config != "" {
 		s.Config = filepath.Join(t.TempDir(), "sandboxd.yaml")
 		if err := os.WriteFile(s.Config, []byte(config), 0o600); err != nil {

@@ -83,7 +83,7 @@ func TestSessionEndToEnd(t *testing.T) {
 	if j := s.runIn(sess.ID, "read_file", map[string]any{"path": "note.txt"}); j.State != "succeeded" || !strings.Contains(j.Result.Content, "persisted") {
 		t.Fatalf("read_file: %+v", j.Result)
 	}
-	// python_repl on the local runner has no agent: state persists in files.
+	// python_repl (the session's interpreter) reads the file bash wrote.
 	if j := s.runIn(sess.ID, "python_repl", map[string]any{"code": "open('note.txt').read().strip()"}); !strings.Contains(j.Result.Content, "persisted") {
 		t.Fatalf("python_repl: %+v", j.Result)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,6 +86,9 @@ type Service struct {
 
 	approvals *approvalSet   // pending approvals of this process
 	hooks     sync.WaitGroup // approval webhook deliveries
+
+	// cleanup retries the workspace removals that failed (cleanup.go).
+	cleanup *cleanups
 }
 
 // entry is the in-memory side of a job that is queued, running or recently
@@ -147,6 +149,12 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 			return nil, fmt.Errorf("job.New: register store metrics: %w", err)
 		}
 	}
+	s.cleanup = newCleanups(cfg.Logger)
+	if cfg.Metrics.reg != nil {
+		if err := s.cleanup.register(cfg.Metrics.reg); err != nil {
+			return nil, fmt.Errorf("job.New: register cleanup metrics: %w", err)
+		}
+	}
 	s.sink = newEventSink(st, cfg.Logger, s.sm)
 	s.pool = newPool(s)
 	tenants := make([]string, 0, len(cfg.Policies))
@@ -164,13 +172,17 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 }
 
 // Start recovers from the previous process and starts the workers:
-//  1. if the runner is a runner.Reaper, sandboxes left behind are reaped;
-//  2. running jobs become failed/lost (their process died with the daemon);
-//  3. queued jobs are queued again (they never started) and run in order of
+//  1. if the runner is a runner.Reaper, sandboxes left behind are reaped
+//     (a failure is logged: the runner's reconcile loop retries it);
+//  2. sessions left open become closed/lost, and every workspace no live
+//     job or session of this process owns is removed (what cannot be goes
+//     on the cleanup list, retried with backoff);
+//  3. running jobs become failed/lost (their process died with the daemon);
+//  4. queued jobs are queued again (they never started) and run in order of
 //     creation, waiting for queue room if there are more than QueueSize.
 //
-// Start may be called once; when it fails (reaping or reading the store)
-// the daemon should exit rather than run without recovery.
+// Start may be called once; when it fails (reading the store) the daemon
+// should exit rather than run without recovery.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -187,9 +199,10 @@ func (s *Service) Start(ctx context.Context) error {
 	if rp, ok := s.r.(runner.Reaper); ok {
 		n, err := rp.Reap(ctx)
 		if err != nil {
-			return fmt.Errorf("start: reap sandboxes: %w", err)
+			s.log.Warn("reap sandboxes of a previous process (the runner's reconcile loop retries)", "reaped", n, "err", err)
+		} else {
+			s.log.Info("reaped sandboxes of a previous process", "count", n)
 		}
-		s.log.Info("reaped sandboxes of a previous process", "count", n)
 	}
 	// The workspaces of a previous process (their mounts outlive it),
 	// now that no sandbox of it binds them.
@@ -201,10 +214,10 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.recoverSessions(ctx); err != nil {
 		return err
 	}
-	// Workspaces of pooled sandboxes of a previous process (reaped above).
-	if err := os.RemoveAll(filepath.Join(s.cfg.WorkDir, "pool")); err != nil {
-		s.log.Warn("remove stale pool workspaces", "err", err)
+	if n := s.sweepWorkspaces(); n > 0 {
+		s.log.Info("removed workspaces of a previous process", "count", n)
 	}
+	s.sbg.Go(func() { s.cleanup.run(s.quit) })
 	if err := s.restoreGuard(ctx); err != nil {
 		return err
 	}

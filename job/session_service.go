@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -486,7 +485,7 @@ func (s *Service) recoverSessions(ctx context.Context) error {
 		if err := s.st.UpdateSession(ctx, ss); err != nil {
 			return fmt.Errorf("start: mark session %s lost: %w", ss.ID, err)
 		}
-		_ = os.RemoveAll(filepath.Join(s.cfg.WorkDir, "sessions", ss.ID))
+		s.removeWorkspace(filepath.Join(s.cfg.WorkDir, "sessions", ss.ID))
 		s.m.sessionsClosed.WithLabelValues(SessionReasonLost).Inc()
 		s.log.Warn("session lost in a restart", "session", ss.ID, "tenant", ss.Tenant)
 	}

@@ -32,10 +32,18 @@ func (s *Service) newWorkspace(ctx context.Context, dir string, l runner.Limits,
 	return w, nil
 }
 
-// releaseWorkspace releases w, logging a failure.
+// releaseWorkspace releases w (nil: none); what Release could not remove
+// goes on the cleanup list (retried with backoff, cleanup.go).
 func (s *Service) releaseWorkspace(w *workspace.Workspace) {
+	if w == nil {
+		return
+	}
 	if err := w.Release(); err != nil {
-		s.log.Error("release workspace", "dir", w.Dir, "err", err)
+		s.log.Warn("release workspace", "dir", w.Dir, "err", err)
+		s.removeWorkspace(w.Dir)
+		if w.View != w.Dir {
+			s.removeWorkspace(w.View)
+		}
 	}
 }
 

@@ -70,7 +70,7 @@ type Sandbox interface {
 }
 
 // AgentSandbox is implemented by sandboxes that run the sandbox agent
-// (container backends). Found by type assertion: the agent gives a
+// (every backend: local, docker, containerd). Found by type assertion: the agent gives a
 // persistent Python REPL and file operations inside the sandbox's own view.
 // The client belongs to the sandbox; callers must not Close it.
 type AgentSandbox interface {

@@ -60,11 +60,19 @@ func loadConfig(fl serveFlags, getenv func(string) string, euid int) (*config.Co
 	if err := cfg.Complete(getenv, euid); err != nil {
 		return nil, err
 	}
-	if cfg.Runner.Name == "docker" && cfg.Runner.Docker.AgentPath == "" {
-		cfg.Runner.Docker.AgentPath = findAgent(getenv)
-	}
-	if cfg.Runner.Name == "containerd" && cfg.Runner.Containerd.AgentPath == "" {
-		cfg.Runner.Containerd.AgentPath = findAgent(getenv)
+	for _, p := range []struct {
+		runner string
+		path   *string
+		binary string
+	}{
+		{"docker", &cfg.Runner.Docker.AgentPath, "sandbox-agent"},
+		{"containerd", &cfg.Runner.Containerd.AgentPath, "sandbox-agent"},
+		{"local", &cfg.Runner.Local.AgentPath, "sandbox-agent"},
+		{"local", &cfg.Runner.Local.LauncherPath, "sandbox-launch"},
+	} {
+		if (cfg.Runner.Name == p.runner || p.runner == "local" && cfg.Runner.Name == "") && *p.path == "" {
+			*p.path = findBinary(p.binary, getenv)
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -72,10 +80,10 @@ func loadConfig(fl serveFlags, getenv func(string) string, euid int) (*config.Co
 	return &cfg, nil
 }
 
-// findAgent looks for the sandbox-agent binary next to this executable,
-// then in the directories of PATH (as getenv reports it); "" when none has
-// it (validate then explains).
-func findAgent(getenv func(string) string) string {
+// findBinary looks for the binary name (sandbox-agent, sandbox-launch)
+// next to this executable, then in the directories of PATH (as getenv
+// reports it); "" when none has it (validate or the runner then explains).
+func findBinary(name string, getenv func(string) string) string {
 	var dirs []string
 	if exe, err := os.Executable(); err == nil {
 		dirs = append(dirs, filepath.Dir(exe))
@@ -85,7 +93,7 @@ func findAgent(getenv func(string) string) string {
 		if !filepath.IsAbs(d) {
 			continue
 		}
-		p := filepath.Join(d, "sandbox-agent")
+		p := filepath.Join(d, name)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 			return p
 		}

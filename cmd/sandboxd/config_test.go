@@ -133,8 +133,8 @@ func TestConfigPrecedence(t *testing.T) {
 				return len(k) == 4 && k["key1"] == "tenantA" && k["key3"] == "tenantA" && k["key2"] == "tenantB" &&
 					k["solo"] == config.DefaultTenant && k["kx"] == ""
 			}},
-		{"pool off by default on the local runner", serveFlags{Set: map[string]string{"data-dir": "/d"}}, nil, 1000,
-			func(c *config.Config) bool { return *c.Pool.Size == 0 }},
+		{"pool of 2 by default on the local runner", serveFlags{Set: map[string]string{"data-dir": "/d"}}, nil, 1000,
+			func(c *config.Config) bool { return *c.Pool.Size == 2 }},
 		{"pool of 2 by default on the docker runner", serveFlags{Set: map[string]string{"data-dir": "/d"}}, map[string]string{"SANDBOXD_RUNNER": "docker", "SANDBOXD_AGENT_PATH": "/a"}, 1000,
 			func(c *config.Config) bool { return *c.Pool.Size == 2 }},
 		{"pool size from env", serveFlags{Set: map[string]string{"data-dir": "/d"}}, map[string]string{"SANDBOXD_POOL_SIZE": "5"}, 1000,
@@ -260,10 +260,10 @@ func TestFindAgentOnPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"PATH": "relative/dir:" + dir}
-	if got := findAgent(func(k string) string { return env[k] }); got != agent {
-		t.Fatalf("findAgent = %q, want %q", got, agent)
+	if got := findBinary("sandbox-agent", func(k string) string { return env[k] }); got != agent {
+		t.Fatalf("findBinary = %q, want %q", got, agent)
 	}
-	if got := findAgent(func(string) string { return "" }); got != "" {
+	if got := findBinary("sandbox-agent", func(string) string { return "" }); got != "" {
 		t.Fatalf("findAgent without PATH = %q", got)
 	}
 }

@@ -45,6 +45,13 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	// Before anything reads or changes the data dir: a second process on
+	// it would run crash recovery against the live one's jobs.
+	unlock, err := lockDataDir(dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := store.Open(filepath.Join(dataDir, "sandboxd.db"))
 	if err != nil {
 		return err

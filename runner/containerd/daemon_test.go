@@ -44,7 +44,7 @@ func TestContainerIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := info.Labels
-	if l[LabelManaged] != "true" || l[LabelOwner] != r.cfg.InstanceID || l[LabelSandbox] != sb.ID() || l["tenant"] != "t1" || l[hostside.LabelOwnerProc] != hostside.SelfProc() {
+	if l[hostside.LabelManaged] != "true" || l[hostside.LabelOwner] != r.cfg.InstanceID || l[hostside.LabelSandbox] != sb.ID() || l["tenant"] != "t1" || l[hostside.LabelOwnerProc] != hostside.SelfProc() {
 		t.Errorf("labels %v", l)
 	}
 	if info.Snapshotter != DefaultSnapshotter || info.Runtime.Name != RuntimeRunc {
@@ -278,7 +278,7 @@ func TestDaemonUnavailable(t *testing.T) {
 	ln.Close()
 	for _, addr := range []string{filepath.Join(t.TempDir(), "dead.sock"), stale} {
 		start := time.Now()
-		_, err := New(t.Context(), Config{Address: addr, AgentPath: agentPath, StateDir: t.TempDir()})
+		_, err := New(t.Context(), Config{Address: addr, AgentPath: agentPath, StateDir: shortTempDir(t)})
 		if !errors.Is(err, runner.ErrUnavailable) {
 			t.Fatalf("New with %s: %v, want ErrUnavailable", addr, err)
 		}
@@ -352,7 +352,7 @@ func TestReap(t *testing.T) {
 	}
 	mk := func(proc string) string {
 		id := "reap-" + hostside.NewID()
-		labels := map[string]string{LabelManaged: "true", LabelOwner: "other-" + hostside.NewID(), LabelSandbox: id, hostside.LabelOwnerProc: proc}
+		labels := map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "other-" + hostside.NewID(), hostside.LabelSandbox: id, hostside.LabelOwnerProc: proc}
 		_, err := r.c.NewContainer(ctx, id, client.WithSnapshotter(DefaultSnapshotter),
 			client.WithNewSnapshotView(id, img, snapshots.WithLabels(labels)),
 			client.WithContainerLabels(labels), client.WithSpec(&specs.Spec{Version: specs.Version, Root: &specs.Root{Path: "rootfs"}}))
@@ -365,7 +365,7 @@ func TestReap(t *testing.T) {
 	deadID, liveID := mk(deadProc), mk(hostside.SelfProc())
 	// A snapshot without a container (crash between the two).
 	lone := "reap-lone-" + hostside.NewID()
-	if _, err := r.c.SnapshotService(DefaultSnapshotter).View(ctx, lone, "", snapshots.WithLabels(map[string]string{LabelManaged: "true", LabelOwner: "x", LabelSandbox: lone, hostside.LabelOwnerProc: deadProc})); err != nil {
+	if _, err := r.c.SnapshotService(DefaultSnapshotter).View(ctx, lone, "", snapshots.WithLabels(map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "x", hostside.LabelSandbox: lone, hostside.LabelOwnerProc: deadProc})); err != nil {
 		t.Fatal(err)
 	}
 	// Our own sandbox, forgotten (as if Close had lost track of it).
@@ -373,7 +373,7 @@ func TestReap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.forget(sb.ID())
+	r.host.Forget(sb.ID())
 	n, err := r.Reap(ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("Reap = %d, %v; want 2", n, err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // gVisor (runsc) as the runtime: Config.Runtime "runsc" runs the runsc
@@ -63,7 +64,7 @@ func (s *Sandbox) startRevive(l *life) {
 // runner dials that path again. The workspace survives; /tmp, the REPL's
 // state and background processes do not.
 func (s *Sandbox) revive(old *life) error {
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.CreateTimeout)
 	defer cancel()
 	if err := old.stop(ctx); err != nil {
 		return err

@@ -10,14 +10,6 @@ import (
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
-// Paths inside the container (those of the Docker runner), and the code's
-// uid (the agent model: hostside.AgentArgs).
-const (
-	agentBinary = hostside.AgentBinary
-	agentDir    = hostside.AgentDir
-	sandboxUID  = hostside.SandboxUID
-)
-
 // specInput is everything one sandbox's OCI spec depends on.
 type specInput struct {
 	ID        string
@@ -61,8 +53,8 @@ func buildSpec(in specInput) *specs.Spec {
 		// the mount points of the agent and its dir, which runc cannot
 		// create in the read-only root.
 		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=755", "size=1m"}},
-		{Destination: agentBinary, Type: "bind", Source: in.AgentPath, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}},
-		{Destination: agentDir, Type: "bind", Source: in.RunDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec", "rprivate"}},
+		{Destination: hostside.AgentBinary, Type: "bind", Source: in.AgentPath, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}},
+		{Destination: hostside.AgentDir, Type: "bind", Source: in.RunDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec", "rprivate"}},
 	}
 	switch iso.Workspace {
 	case runner.WorkspaceReadOnly:

@@ -5,16 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/pkg/stdcopy"
-	"github.com/docker/go-units"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/agent"
@@ -22,42 +20,23 @@ import (
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
-// Paths inside the container, and the code's uid (the agent model:
-// hostside.AgentArgs).
-const (
-	agentBinary = hostside.AgentBinary
-	agentDir    = hostside.AgentDir
-	sandboxUID  = hostside.SandboxUID
-)
-
 // Create implements runner.Runner: it creates and starts the container and
 // waits until the agent inside answers. On any failure nothing is left
 // behind.
 func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.Sandbox, err error) {
-	if err := ctx.Err(); err != nil {
+	if !r.caps.Seccomp || !r.caps.Cgroups {
+		return nil, fmt.Errorf("create sandbox: daemon at %s lacks seccomp or cgroup limits: %w", r.cfg.Host, runner.ErrUnsupported)
+	}
+	// The ID stays reserved until Close, so the reconcile loop leaves the
+	// half-made sandbox alone.
+	limits, err := r.host.Reserve(ctx, &spec, r.cfg.Defaults)
+	if err != nil {
 		return nil, err
 	}
-	if err := r.checkSpec(&spec); err != nil {
-		return nil, err
-	}
-	limits := hostside.MergeLimits(spec.Limits, r.cfg.Defaults)
-
-	// Reserve the ID so the reconcile loop leaves the half-made sandbox alone.
-	r.mu.Lock()
-	if _, dup := r.live[spec.ID]; dup {
-		r.mu.Unlock()
-		return nil, fmt.Errorf("create sandbox: id %q already in use: %w", spec.ID, runner.ErrInvalidSpec)
-	}
-	r.live[spec.ID] = nil
-	r.mu.Unlock()
-
-	s := &Sandbox{r: r, id: spec.ID, spec: spec, limits: limits, stateDir: filepath.Join(r.stateRoot(), spec.ID)}
+	s := &Sandbox{r: r, id: spec.ID, spec: spec, limits: limits, stateDir: r.host.State.Sandbox(spec.ID)}
 	defer func() {
 		if err != nil {
-			if cerr := s.destroy(ctx); cerr != nil {
-				r.cfg.Logger.Warn("docker runner: cleanup after failed create", "sandbox", spec.ID, "err", cerr)
-			}
-			r.forget(spec.ID)
+			r.host.Abort(ctx, spec.ID, s.destroy)
 		}
 	}()
 
@@ -75,17 +54,14 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	// The sandbox user must be able to write a read-write workspace.
-	owner, err := hostside.WorkspaceOwner(spec)
+	owner, err := hostside.MarkWorkspace(spec, cfg.Labels)
 	if err != nil {
-		return nil, fmt.Errorf("create sandbox: workspace: %w", err)
+		return nil, err
 	}
-	if owner != "" {
-		cfg.Labels[hostside.LabelWorkspace], cfg.Labels[hostside.LabelWorkspaceOwner] = spec.Workspace, owner
-		s.labels = cfg.Labels
-	}
-	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	s.labels = cfg.Labels
+	cctx, cancel := context.WithTimeout(ctx, hostside.CreateTimeout)
 	defer cancel()
-	resp, err := r.api.ContainerCreate(cctx, cfg, hc, nil, nil, "sandboxd-"+spec.ID)
+	resp, err := r.api.ContainerCreate(cctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: "sandboxd-" + spec.ID})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("create sandbox: image %q: %w: %w", cfg.Image, runner.ErrInvalidSpec, err)
@@ -93,15 +69,13 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, hostside.CtxOr(ctx, r.wrap("create container", err))
 	}
 	s.containerID = resp.ID
-	if owner != "" {
-		if err := os.Chown(spec.Workspace, sandboxUID, sandboxUID); err != nil {
-			return nil, fmt.Errorf("create sandbox: make workspace writable: %w", err)
-		}
+	if err := hostside.ChownWorkspace(spec, owner); err != nil {
+		return nil, err
 	}
-	if err := r.api.ContainerStart(cctx, resp.ID, container.StartOptions{}); err != nil {
+	if _, err := r.api.ContainerStart(cctx, resp.ID, client.ContainerStartOptions{}); err != nil {
 		return nil, hostside.CtxOr(ctx, r.wrap("start container", err))
 	}
-	if insp, err := r.api.ContainerInspect(cctx, resp.ID); err == nil && insp.State != nil {
+	if insp, err := r.inspect(cctx, resp.ID); err == nil && insp.State != nil {
 		s.cg = hostside.FindCgroup(insp.State.Pid) // nil when not readable here
 	}
 
@@ -115,17 +89,13 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	}
 	s.client = cl
 	go s.killOnProtocolError()
-
-	r.mu.Lock()
-	r.live[spec.ID] = s
-	r.mu.Unlock()
 	return s, nil
 }
 
 // dialAgent connects to the agent (hostside.DialAgent), giving up as soon
 // as the container has exited.
 func (r *Runner) dialAgent(ctx context.Context, s *Sandbox) (*agent.Client, error) {
-	return hostside.DialAgent(ctx, filepath.Join(s.stateDir, "agent.sock"), agentTimeout, func(ctx context.Context, stop func(error)) {
+	return hostside.DialAgent(ctx, filepath.Join(s.stateDir, "agent.sock"), hostside.AgentTimeout, func(ctx context.Context, stop func(error)) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -134,23 +104,13 @@ func (r *Runner) dialAgent(ctx context.Context, s *Sandbox) (*agent.Client, erro
 				return
 			case <-t.C:
 			}
-			insp, err := r.api.ContainerInspect(ctx, s.containerID)
+			insp, err := r.inspect(ctx, s.containerID)
 			if err == nil && insp.State != nil && !insp.State.Running {
 				stop(fmt.Errorf("container exited with %d", insp.State.ExitCode))
 				return
 			}
 		}
 	})
-}
-
-func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
-	if err := hostside.CheckSpec(spec); err != nil {
-		return err
-	}
-	if !r.caps.Seccomp || !r.caps.Cgroups {
-		return fmt.Errorf("create sandbox: daemon at %s lacks seccomp or cgroup limits: %w", r.cfg.Host, runner.ErrUnsupported)
-	}
-	return nil
 }
 
 // containerConfig is the whole isolation of one sandbox.
@@ -160,16 +120,7 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 	if err != nil {
 		return nil, nil, err
 	}
-	labels := maps.Clone(spec.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[LabelManaged] = "true"
-	labels[LabelOwner] = r.cfg.InstanceID
-	if hostside.SelfProc() != "" {
-		labels[hostside.LabelOwnerProc] = hostside.SelfProc()
-	}
-	labels[LabelSandbox] = spec.ID
+	labels := r.host.Labels(spec)
 	image := spec.Image
 	if image == "" {
 		image = r.cfg.Image
@@ -187,9 +138,9 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		Env:        []string{},
 	}
 	mounts := []mount.Mount{
-		{Type: mount.TypeBind, Source: r.cfg.AgentPath, Target: agentBinary, ReadOnly: true,
+		{Type: mount.TypeBind, Source: r.cfg.AgentPath, Target: hostside.AgentBinary, ReadOnly: true,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
-		{Type: mount.TypeBind, Source: stateDir, Target: agentDir,
+		{Type: mount.TypeBind, Source: stateDir, Target: hostside.AgentDir,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
 	}
 	if iso.Workspace != runner.WorkspaceNone {
@@ -225,7 +176,7 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 			MemorySwap: l.MemoryBytes,
 			PidsLimit:  &pids,
 			NanoCPUs:   l.CPUMillis * 1_000_000,
-			Ulimits: []*units.Ulimit{
+			Ulimits: []*container.Ulimit{
 				{Name: "nofile", Soft: l.NoFile, Hard: l.NoFile},
 				{Name: "fsize", Soft: l.FileSize, Hard: l.FileSize},
 				{Name: "core", Soft: 0, Hard: 0},
@@ -251,10 +202,10 @@ func (r *Runner) logsTail(ctx context.Context, id string) string {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var state string
-	if insp, err := r.api.ContainerInspect(cctx, id); err == nil && insp.State != nil {
+	if insp, err := r.inspect(cctx, id); err == nil && insp.State != nil {
 		state = fmt.Sprintf("container state %s exit %d oom %v error %q", insp.State.Status, insp.State.ExitCode, insp.State.OOMKilled, insp.State.Error)
 	}
-	rc, err := r.api.ContainerLogs(cctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	rc, err := r.api.ContainerLogs(cctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
 	if err != nil {
 		return state + "; logs unavailable: " + err.Error()
 	}

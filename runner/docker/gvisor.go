@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/go-units"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
@@ -69,7 +69,7 @@ func (r *Runner) applyGVisor(hc *container.HostConfig, l runner.Limits) {
 	host := gvisorHostPIDs(l.PIDs)
 	hc.Resources.PidsLimit = &host
 	nproc := hostside.GVisorNProc(l.PIDs)
-	hc.Resources.Ulimits = append(hc.Resources.Ulimits, &units.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
+	hc.Resources.Ulimits = append(hc.Resources.Ulimits, &container.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
 }
 
 // beginExec waits for a revive or a sweep in progress, then counts an
@@ -169,9 +169,9 @@ func (s *Sandbox) startRevive() {
 // code inside may have left a symlink where the agent's socket goes, and
 // the runner dials that path again here.
 func (s *Sandbox) revive() error {
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.CreateTimeout)
 	defer cancel()
-	insp, err := s.r.api.ContainerInspect(ctx, s.containerID)
+	insp, err := s.r.inspect(ctx, s.containerID)
 	if err != nil {
 		return s.r.wrap("inspect container", err)
 	}
@@ -186,7 +186,7 @@ func (s *Sandbox) revive() error {
 			return fmt.Errorf("docker: %w", err)
 		}
 	}
-	if err := s.r.api.ContainerStart(ctx, s.containerID, container.StartOptions{}); err != nil {
+	if _, err := s.r.api.ContainerStart(ctx, s.containerID, client.ContainerStartOptions{}); err != nil {
 		return s.r.wrap("start container", err)
 	}
 	cl, err := s.r.dialAgent(ctx, s)

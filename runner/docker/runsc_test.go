@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
@@ -36,14 +36,15 @@ func runscMissing() string {
 	if skipReason != "" {
 		return skipReason
 	}
-	c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return err.Error()
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	info, err := c.Info(ctx)
+	res, err := c.Info(ctx, client.InfoOptions{})
+	info := res.Info
 	if err != nil {
 		return err.Error()
 	}
@@ -103,7 +104,7 @@ func TestRunscContainerConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Close(context.Background())
-	insp, err := r.api.ContainerInspect(t.Context(), sb.(*Sandbox).ContainerID())
+	insp, err := r.inspect(t.Context(), sb.(*Sandbox).ContainerID())
 	if err != nil {
 		t.Fatal(err)
 	}

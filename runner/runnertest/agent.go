@@ -16,8 +16,8 @@ import (
 	"github.com/sandboxd/sandboxd/runner"
 )
 
-// Attacks from the code against the sandbox's pid 1 (the agent, or the
-// local runner's helper) and the agent's socket (runner.AgentSocketPath,
+// Attacks from the code against the sandbox's pid 1 (the agent) and the
+// agent's socket (runner.AgentSocketPath,
 // when the sandbox runs the agent). The agent model (policy.AgentUID,
 // policy.CodeUID, policy.AgentCapabilities) makes every one of them fail;
 // after each, the sandbox must still answer.

@@ -162,6 +162,16 @@ for host, p in %s:
 		t.Errorf("proxy recorded %d allowed and %d denied requests, want 2 and 1", allowed, denied)
 	}
 
+	// With an agent, the REPL (the code too) finds the proxy in its
+	// environment, set by the agent's forwarder.
+	if as, ok := sb.(runner.AgentSandbox); ok {
+		r, err := as.Agent().REPL(t.Context(), replRequest(fmt.Sprintf(`import os, urllib.request
+urllib.request.urlopen("http://allowed.test:%d/repl", timeout=10).read().decode() + " via " + os.environ["HTTP_PROXY"]`, port)), nil)
+		if err != nil || !r.OK || r.Value != fmt.Sprintf("'hello from origin GET /repl via %s'", proxyURL) {
+			t.Errorf("egress from the REPL: %v %+v", err, r)
+		}
+	}
+
 	// Close stops serving the sandbox's egress socket.
 	if err := sb.Close(t.Context()); err != nil {
 		t.Fatalf("Close: %v", err)

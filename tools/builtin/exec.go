@@ -121,8 +121,10 @@ func pythonTool(o Options) *tools.Tool {
 		Name: "python_repl",
 		Description: "Run Python 3 code in the job's sandbox, with /workspace as the working directory. " +
 			"All statements run; if the last statement is an expression its repr() is printed (unless None), as in a notebook. " +
-			"Exceptions print a traceback to stderr and exit with status 1. Each call starts a fresh interpreter: " +
-			"keep state in files under /workspace. Only the standard library is guaranteed to be present.",
+			"Exceptions print a traceback to stderr and exit with status 1. In a session, calls share one interpreter: " +
+			"variables, imports and files persist between calls, and open matplotlib figures come back as PNG images; " +
+			"outside a session each call starts a fresh interpreter (keep state in files under /workspace). " +
+			"Only the standard library is guaranteed to be present.",
 		InputSchema: objectSchema(map[string]any{
 			"code": map[string]any{
 				"type":        "string",

@@ -11,7 +11,8 @@ import (
 	"github.com/sandboxd/sandboxd/runner"
 )
 
-// The agent model (package policy) as both container runners apply it:
+// The agent model (package policy) as every runner applies it (the local
+// runner through its launcher, runner/local/launch):
 // the container's process is the agent, as AgentUID:AgentGID with exactly
 // AgentCapabilities (bounding, effective, permitted; inheritable and
 // ambient empty) and no_new_privs; it runs the code as SandboxUID. The
@@ -35,13 +36,19 @@ const (
 // AgentCapabilities are the agent's capabilities by name ("CAP_KILL").
 func AgentCapabilities() []string { return policy.AgentCapabilityNames() }
 
-// AgentArgs is the container's command line: the agent, serving on
-// AgentSocket, file operations confined to the workspace, the code as
-// SandboxUID, and with egress the proxy forwarder. env -i: the agent
-// passes its own environment to every process, and runtimes add HOME
-// (and Docker HOSTNAME and the image's ENV).
+// AgentArgs is the container's command line: AgentCommand under env -i
+// (the agent passes its own environment to every process, and runtimes
+// add HOME, and Docker HOSTNAME and the image's ENV).
 func AgentArgs(egress bool) []string {
-	args := []string{"/usr/bin/env", "-i", AgentBinary, "--socket", AgentSocket, "--root", runner.WorkspaceDir,
+	return append([]string{"/usr/bin/env", "-i"}, AgentCommand(egress)...)
+}
+
+// AgentCommand is the agent's command line: serving on AgentSocket, file
+// operations confined to the workspace, the code as SandboxUID, and with
+// egress the proxy forwarder. The local runner's launcher execs it with an
+// empty environment.
+func AgentCommand(egress bool) []string {
+	args := []string{AgentBinary, "--socket", AgentSocket, "--root", runner.WorkspaceDir,
 		"--uid", fmt.Sprint(policy.CodeUID), "--gid", fmt.Sprint(policy.CodeGID)}
 	if egress {
 		args = append(args, "--egress-listen", runner.EgressProxyAddr, "--egress-socket", runner.EgressSocketPath)

@@ -70,3 +70,32 @@ func RestoreWorkspace(labels map[string]string) error {
 	}
 	return nil
 }
+
+// MarkWorkspace records in a sandbox's labels the owner of its read-write
+// workspace that the sandbox user must get (WorkspaceOwner), so that Close
+// or Reap gives it back; the chown itself waits for ChownWorkspace, once
+// the labels are on the daemon. It returns the owner, "" when no chown is
+// needed.
+func MarkWorkspace(spec runner.SandboxSpec, labels map[string]string) (string, error) {
+	owner, err := WorkspaceOwner(spec)
+	if err != nil {
+		return "", fmt.Errorf("create sandbox: workspace: %w", err)
+	}
+	if owner != "" {
+		labels[LabelWorkspace], labels[LabelWorkspaceOwner] = spec.Workspace, owner
+	}
+	return owner, nil
+}
+
+// ChownWorkspace makes a read-write workspace the sandbox user's when
+// WorkspaceOwner said it must (owner non-empty), after the container that
+// records the owner exists.
+func ChownWorkspace(spec runner.SandboxSpec, owner string) error {
+	if owner == "" {
+		return nil
+	}
+	if err := os.Chown(spec.Workspace, SandboxUID, SandboxUID); err != nil {
+		return fmt.Errorf("create sandbox: make workspace writable: %w", err)
+	}
+	return nil
+}

@@ -1,4 +1,4 @@
-package local
+package launch
 
 import (
 	"fmt"
@@ -12,14 +12,19 @@ import (
 // hostSystemDirs are bound read-only into a host-view root (when present).
 var hostSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
 
-const (
-	roBindFlags = unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
-)
+// rootDirs are the mount points every root needs (an image must have
+// them: its root is read-only).
+var rootDirs = []string{"proc", "dev", "tmp", "run"}
 
-// buildRoot assembles the sandbox root at cfg.Root inside the helper's
-// private mount namespace and pivots into it. Nothing is mounted in the
-// host's namespace.
-func buildRoot(cfg *helperConfig) error {
+const roBindFlags = unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
+
+// buildRoot assembles the sandbox root at cfg.Root inside the launcher's
+// private mount namespace and pivots into it: the image or the host's
+// system directories read-only, /workspace, a sized /tmp, a minimal /dev
+// with a sized /dev/shm, /proc with the masked paths, and a read-only /run
+// tmpfs holding the agent binary (read-only) and the agent's directory.
+// Nothing is mounted in the host's namespace.
+func buildRoot(cfg *Config) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
@@ -28,7 +33,7 @@ func buildRoot(cfg *helperConfig) error {
 		if err := unix.Mount(cfg.Rootfs, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind rootfs: %w", err)
 		}
-		for _, d := range []string{"proc", "dev", "tmp"} {
+		for _, d := range rootDirs {
 			if _, err := os.Stat(filepath.Join(root, d)); err != nil {
 				return fmt.Errorf("rootfs lacks mount point /%s", d)
 			}
@@ -37,7 +42,7 @@ func buildRoot(cfg *helperConfig) error {
 		if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0755"); err != nil {
 			return fmt.Errorf("mount root tmpfs: %w", err)
 		}
-		for _, d := range []string{"proc", "dev", "tmp"} {
+		for _, d := range rootDirs {
 			if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
 				return err
 			}
@@ -82,7 +87,7 @@ func buildRoot(cfg *helperConfig) error {
 			return fmt.Errorf("bind workspace: %w", err)
 		}
 		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
-		if cfg.WorkspaceRO {
+		if cfg.WorkspaceMode != WorkspaceReadWrite {
 			flags |= unix.MS_RDONLY
 		}
 		if err := unix.Mount("", dst, "", flags, ""); err != nil {
@@ -99,6 +104,9 @@ func buildRoot(cfg *helperConfig) error {
 	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc: %w", err)
 	}
+	if err := buildRun(cfg, filepath.Join(root, "run")); err != nil {
+		return fmt.Errorf("build /run: %w", err)
+	}
 	if err := maskPaths(root, cfg.Masked, cfg.ReadOnly); err != nil {
 		return err
 	}
@@ -109,6 +117,38 @@ func buildRoot(cfg *helperConfig) error {
 		return fmt.Errorf("remount / read-only: %w", err)
 	}
 	return nil
+}
+
+// buildRun mounts a tmpfs at run (root's, 0755) with the agent binary
+// bound read-only at AgentBinary and the runner's directory at AgentDir
+// (mode 0700, root's: closed to the code), then makes the tmpfs itself
+// read-only.
+func buildRun(cfg *Config, run string) error {
+	if err := unix.Mount("tmpfs", run, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+		return err
+	}
+	bin := filepath.Join(run, filepath.Base(filepath.Dir(AgentBinary)))
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		return err
+	}
+	agent := filepath.Join(bin, filepath.Base(AgentBinary))
+	if err := os.WriteFile(agent, nil, 0o755); err != nil {
+		return err
+	}
+	if err := bindRO(cfg.AgentPath, agent); err != nil {
+		return err
+	}
+	dir := filepath.Join(run, filepath.Base(AgentDir))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	if err := unix.Mount(cfg.RunDir, dir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", AgentDir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("remount %s: %w", AgentDir, err)
+	}
+	return unix.Mount("", run, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 }
 
 func bindRO(src, dst string) error {
