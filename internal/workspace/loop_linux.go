@@ -23,18 +23,19 @@ type loops struct {
 	// own) and the device nodes made when /dev lacks them (a container's
 	// /dev is a copy made at its start).
 	dir string
-	ctl *os.File
 }
 
 // attachAttempts bounds the retries of a lost race for a free device.
 const attachAttempts = 64
 
+// newLoops checks that loop devices can be had here.
 func newLoops(dir string) (*loops, error) {
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	return &loops{dir: dir, ctl: ctl}, nil
+	ctl.Close()
+	return &loops{dir: dir}, nil
 }
 
 // attach binds img to a free loop device with autoclear (the device
@@ -43,9 +44,14 @@ func newLoops(dir string) (*loops, error) {
 // device open: the caller's descriptor keeps it bound until a mount holds
 // it.
 func (l *loops) attach(img *os.File) (*os.File, error) {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer ctl.Close()
 	flags := uint32(unix.LO_FLAGS_AUTOCLEAR | unix.LO_FLAGS_DIRECT_IO)
 	for attempt := 1; ; attempt++ {
-		n, err := unix.IoctlRetInt(int(l.ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
 			return nil, fmt.Errorf("find a free loop device: %w", err)
 		}

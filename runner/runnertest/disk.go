@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,24 +23,37 @@ import (
 // such filesystems when it runs as root (plain directories otherwise),
 // so every workspace test runs on what production runs on.
 
-// workspaces returns the Manager of the suite's workspaces, nil when not
-// root.
-func workspaces(t *testing.T) *wsfs.Manager {
-	t.Helper()
+// suiteWorkspaces is the Manager of the suite's workspaces (one per test
+// process, its root a temporary directory the sandbox user may traverse),
+// or why there is none: this host cannot make workspace filesystems (not
+// root; no loop devices, as in the user-mode Linux of runner/local's
+// cgroup v2 test). Without one the suite uses plain directories and skips
+// the tests of the disk limits, saying why.
+var suiteWorkspaces = sync.OnceValues(func() (*wsfs.Manager, string) {
 	if os.Geteuid() != 0 {
-		return nil
+		return nil, "workspace filesystems need root"
 	}
-	root := t.TempDir()
-	// The sandbox user may be unprivileged: let it traverse the parents.
-	if err := os.Chmod(filepath.Dir(root), 0o755); err != nil {
-		t.Fatal(err)
+	root, err := os.MkdirTemp("", "runnertest-ws-")
+	if err != nil {
+		return nil, err.Error()
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		return nil, err.Error()
 	}
 	m, err := wsfs.New(wsfs.Options{Root: root})
 	if err != nil {
-		t.Fatalf("workspace filesystems: %v", err)
+		os.RemoveAll(root)
+		return nil, err.Error()
 	}
-	return m
+	return m, ""
+})
+
+func fsUnavailable() string {
+	_, why := suiteWorkspaces()
+	return why
 }
+
+var workspaceSeq atomic.Int64
 
 // workspace returns a fresh host directory for a sandbox workspace: its
 // own filesystem of the default limits when root, else a plain directory.
@@ -53,7 +68,7 @@ func workspace(t *testing.T) string {
 // cleanup, after the sandboxes created later are closed.
 func workspaceOf(t *testing.T, l wsfs.Limits, readOnly bool) (dir, view string) {
 	t.Helper()
-	m := workspaces(t)
+	m, _ := suiteWorkspaces()
 	if m == nil {
 		dir := t.TempDir()
 		if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
@@ -61,7 +76,7 @@ func workspaceOf(t *testing.T, l wsfs.Limits, readOnly bool) (dir, view string) 
 		}
 		return dir, dir
 	}
-	w, err := m.Create(t.Context(), filepath.Join(m.Root(), "ws"), l, readOnly)
+	w, err := m.Create(t.Context(), filepath.Join(m.Root(), "ws"+strconv.FormatInt(workspaceSeq.Add(1), 10)), l, readOnly)
 	if err != nil {
 		t.Fatalf("create workspace: %v", err)
 	}
@@ -80,7 +95,7 @@ func workspaceOf(t *testing.T, l wsfs.Limits, readOnly bool) (dir, view string) 
 // both). The nodes are /dev/null's and /dev/mem's numbers and the
 // workspace's own loop device.
 func (s *suite) testWorkspaceMountFlags(t *testing.T) {
-	s.need(t, os.Geteuid() == 0, "workspace filesystems (root)")
+	s.need(t, fsUnavailable() == "", "workspace filesystems ("+fsUnavailable()+")")
 	s.need(t, s.caps.MountNamespace, "a workspace mounted at "+runner.WorkspaceDir+" (mount namespace)")
 	for _, mode := range []runner.WorkspaceMode{runner.WorkspaceReadWrite, runner.WorkspaceReadOnly} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -200,7 +215,7 @@ for d in sys.argv[2:]:
 // at their runner cap, if lower), the host's disk loses no more than the
 // workspace's size, and the sandbox still answers.
 func (s *suite) testDiskLimits(t *testing.T) {
-	s.need(t, os.Geteuid() == 0, "workspace filesystems (root)")
+	s.need(t, fsUnavailable() == "", "workspace filesystems ("+fsUnavailable()+")")
 	s.need(t, s.caps.MountNamespace, "a fresh /tmp (mount namespace)")
 	l := runner.Limits{DiskBytes: 32 << 20, DiskInodes: 512}
 	dir, view := workspaceOf(t, wsfs.Limits{Bytes: l.DiskBytes, Inodes: l.DiskInodes}, false)
