@@ -189,7 +189,9 @@ func TestBounded(t *testing.T) {
 	}
 	used := before - hostFree(t, m.Root())
 	t.Logf("ENOSPC after %d bytes; the host's free space fell by %d", written, used)
-	if used > l.Bytes+(4<<20) {
+	// Others on the host write meanwhile (go test runs packages in
+	// parallel): a margin, as in runnertest's DiskLimits.
+	if used > l.Bytes+(64<<20) {
 		t.Errorf("the host lost %d bytes to a %d byte workspace", used, l.Bytes)
 	}
 	// Deleting gives the blocks back to the host (discard punches holes).
