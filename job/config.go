@@ -83,6 +83,13 @@ type Config struct {
 	// Egress gives the sandboxes of tools with the http effect their only
 	// way out; nil: such sandboxes are refused (internal error).
 	Egress EgressProvider
+
+	// Retries is how many more attempts a job submitted with Retry gets
+	// after an infrastructure failure (see retry.go). Default 2; negative:
+	// none. RetryBackoff is the delay before the first retry, doubling
+	// (at most 5s). Default 100ms.
+	Retries      int
+	RetryBackoff time.Duration
 }
 
 // EgressProvider makes the egress endpoint of one sandbox (package egress
@@ -188,6 +195,15 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 				c.GuardLookback = max(c.GuardLookback, time.Duration(b.Per))
 			}
 		}
+	}
+	if c.Retries == 0 {
+		c.Retries = 2
+	}
+	if c.Retries < 0 {
+		c.Retries = 0
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = 100 * time.Millisecond
 	}
 	if c.Pool.Size < 0 {
 		return c, fmt.Errorf("config: pool size %d must not be negative", c.Pool.Size)
