@@ -13,6 +13,9 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 )
 
+// ErrBatchNotFound is ErrNotFound for batches (errors.Is matches both).
+var ErrBatchNotFound = fmt.Errorf("batch not found: %w", ErrNotFound)
+
 // Turns executes the tool calls of one model turn (a batch) on top of the
 // service's Submit, Wait and the guard: what an agent framework's tool node
 // does in-process, with sandboxd's guarantees.
@@ -564,7 +567,7 @@ func (t *Turns) Get(_ context.Context, tenant, id string) (*Batch, error) {
 	b := t.batches[id]
 	t.mu.Unlock()
 	if b == nil || b.Tenant != tenant {
-		return nil, fmt.Errorf("batch %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("%s: %w", id, ErrBatchNotFound)
 	}
 	return b.snapshot(), nil
 }
@@ -576,7 +579,7 @@ func (t *Turns) Wait(ctx context.Context, tenant, id string) (*Batch, error) {
 	b := t.batches[id]
 	t.mu.Unlock()
 	if b == nil || b.Tenant != tenant {
-		return nil, fmt.Errorf("batch %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("%s: %w", id, ErrBatchNotFound)
 	}
 	select {
 	case <-b.done:
