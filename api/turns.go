@@ -45,19 +45,19 @@ func (rs *turnsResource) Routes() chi.Router {
 // batchView is a batch as the API answers it: the next turn's messages in
 // the turn's dialect, and sandboxd's record of every call.
 type batchView struct {
-	ID        string          `json:"id"`
-	State     job.BatchState  `json:"state"`
-	Dialect   tools.Dialect   `json:"dialect"`
-	Mode      string          `json:"mode"`
-	SessionID string          `json:"session_id,omitempty"`
-	Messages  []any           `json:"messages,omitempty"`
-	Text      *string         `json:"text,omitempty"`
-	Final     *string         `json:"final_answer,omitempty"`
-	Calls     []callView      `json:"calls"`
-	Effects   map[string]int  `json:"effects"`
-	CreatedAt time.Time       `json:"created_at"`
-	Finished  *time.Time      `json:"finished_at,omitempty"`
-	Note      string          `json:"note,omitempty"`
+	ID        string         `json:"id"`
+	State     job.BatchState `json:"state"`
+	Dialect   tools.Dialect  `json:"dialect"`
+	Mode      string         `json:"mode"`
+	SessionID string         `json:"session_id,omitempty"`
+	Messages  []any          `json:"messages,omitempty"`
+	Text      *string        `json:"text,omitempty"`
+	Final     *string        `json:"final_answer,omitempty"`
+	Calls     []callView     `json:"calls"`
+	Effects   map[string]int `json:"effects"`
+	CreatedAt time.Time      `json:"created_at"`
+	Finished  *time.Time     `json:"finished_at,omitempty"`
+	Note      string         `json:"note,omitempty"`
 }
 
 type callView struct {
