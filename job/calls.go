@@ -34,7 +34,7 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	if !tool.Runnable() {
 		return nil, false, fmt.Errorf("%w: tool %q is a declaration only and cannot run", ErrInvalid, tool.Name)
 	}
-	limits, err := s.cfg.effectiveLimits(req.Limits)
+	limits, err := s.cfg.effectiveLimits(toolDefaults(req.Limits, tool.Limits, s.cfg.Ceilings))
 	if err != nil {
 		return nil, false, err
 	}

@@ -328,3 +328,23 @@ func (c *SessionConfig) withDefaults() error {
 	}
 	return nil
 }
+
+// toolDefaults fills the limits a request leaves zero with the tool's own
+// (tools.Tool.Limits), held to the ceilings: a tool file may ask for less
+// or more than the operator's defaults, never more than the ceilings.
+func toolDefaults(req runner.Limits, tl tools.Limits, ceil runner.Limits) runner.Limits {
+	pick := func(r *int64, t, c int64) {
+		if *r == 0 && t > 0 {
+			*r = t
+			if c > 0 && t > c {
+				*r = c
+			}
+		}
+	}
+	pick(&req.MemoryBytes, tl.MemoryBytes, ceil.MemoryBytes)
+	pick(&req.PIDs, tl.PIDs, ceil.PIDs)
+	pick(&req.CPUMillis, tl.CPUMillis, ceil.CPUMillis)
+	pick((*int64)(&req.Timeout), int64(tl.Timeout), int64(ceil.Timeout))
+	pick(&req.OutputBytes, tl.OutputBytes, ceil.OutputBytes)
+	return req
+}

@@ -238,7 +238,7 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 		if err != nil {
 			return attempt{err: err}
 		}
-		spec.Limits = j.Limits
+		spec.Limits, spec.Image = j.Limits, tool.Image
 		spec.Labels = map[string]string{"job": j.ID, "tenant": j.Tenant}
 		var release func()
 		sb, release, err = s.oneShotSandbox(ctx, spec)

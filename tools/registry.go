@@ -148,6 +148,21 @@ func newEntry(t *Tool) (*entry, error) {
 	return e, nil
 }
 
+// Remove deletes the tool named name (case-insensitively; an alias is not
+// followed) and reports whether there was one. Aliases pointing at it
+// stay and resolve again once a tool of that name is registered.
+func (r *Registry) Remove(name string) bool {
+	key := strings.ToLower(name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.entries[key]; !ok {
+		return false
+	}
+	delete(r.entries, key)
+	r.order = slices.DeleteFunc(r.order, func(k string) bool { return k == key })
+	return true
+}
+
 // AddAlias makes alias resolve to the tool named target (which need not be
 // registered yet). A tool really named alias shadows the alias.
 func (r *Registry) AddAlias(alias, target string) error {

@@ -81,6 +81,13 @@ type Tool struct {
 	// stays listed (GET /v1/tools shows it unavailable) and its calls get
 	// the reason as their error.
 	Available func() error `json:"-"`
+	// Image is the sandbox image of the tool's one-shot calls ("": the
+	// runner's default); a call in a session runs in the session's.
+	Image string `json:"image,omitempty"`
+	// Limits are the tool's own defaults for its calls' limits (a tool
+	// file's "limits"); zero fields keep the operator's. A call may ask
+	// for others within the operator's ceilings.
+	Limits Limits `json:"limits,omitzero"`
 	// Source names where the tool comes from: "" for a built-in, "file:"
 	// and a path for a tool from the tools directory, "provider:" and a
 	// name for an MCP provider's tool.
@@ -159,6 +166,15 @@ type HTTPOptions struct {
 	// (method, host without port, port); an error refuses it with that
 	// message. The job service sets it from the tenant's egress allowlist.
 	Allow func(method, host string, port int) error
+}
+
+// Limits are resource limits of a tool's calls; zero means unset.
+type Limits struct {
+	MemoryBytes int64         `json:"memory_bytes,omitempty"`
+	PIDs        int64         `json:"pids,omitempty"`
+	CPUMillis   int64         `json:"cpu_millis,omitempty"`
+	Timeout     time.Duration `json:"timeout,omitempty"`
+	OutputBytes int64         `json:"output_bytes,omitempty"`
 }
 
 // Command is a process a sandboxed tool asks the job service to run.

@@ -129,8 +129,12 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	go func() {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
+		expire := t.C
+		if p.LongLived { // served until it exits, ctx ends or the sandbox closes
+			expire = nil
+		}
 		select {
-		case <-t.C:
+		case <-expire:
 			timedOut.Store(true)
 		case <-ctx.Done():
 			cancelled.Store(true)
