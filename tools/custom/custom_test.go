@@ -214,12 +214,12 @@ input_schema: {type: object, properties: {numbers: {type: array, items: {type: n
 script: stats.py
 idempotent: true
 `,
-		"stats.py": "#!/usr/bin/env python3\nimport json, sys\nargs = json.load(sys.stdin)\nn = args['numbers']\nprint(json.dumps({'ok': True, 'content': f'mean {sum(n)/len(n)}'}))\n",
-		"greet.py": "def greet(name: str, excited: bool = False) -> str:\n    \"\"\"Greet someone.\n\n    Args:\n        name: Who to greet.\n    \"\"\"\n    print('log line')\n    return f'hello {name}' + ('!' if excited else '')\n",
-		"nodoc.py":  "def nodoc(x: int) -> int:\n    return x\n",
-		"broken.yaml": "name: broken\ndescription: x\nargv: [/bin/true, '{missing}']\n",
-		"bash.yaml":   "name: bash\ndescription: my bash\nargv: [/bin/true]\n",
-		"junk.yaml":   "{{{",
+		"stats.py":     "#!/usr/bin/env python3\nimport json, sys\nargs = json.load(sys.stdin)\nn = args['numbers']\nprint(json.dumps({'ok': True, 'content': f'mean {sum(n)/len(n)}'}))\n",
+		"greet.py":     "def greet(name: str, excited: bool = False) -> str:\n    \"\"\"Greet someone.\n\n    Args:\n        name: Who to greet.\n    \"\"\"\n    print('log line')\n    return f'hello {name}' + ('!' if excited else '')\n",
+		"nodoc.py":     "def nodoc(x: int) -> int:\n    return x\n",
+		"broken.yaml":  "name: broken\ndescription: x\nargv: [/bin/true, '{missing}']\n",
+		"bash.yaml":    "name: bash\ndescription: my bash\nargv: [/bin/true]\n",
+		"junk.yaml":    "{{{",
 		".hidden.yaml": "nope",
 	})
 	reg := tools.NewRegistry()
@@ -374,10 +374,10 @@ def plot(title: str, points: list[float], kind: Literal["line", "bar"] = "line",
 	for src, want := range map[string]string{
 		"def a(x: int):\n  \"d\"\ndef b(y: int):\n  \"d\"\n": "defines 2: a, b",
 		"def f(*args: int):\n  \"d\"\n":                      "*args",
-		"def f(x: set[int], y: 'weird'):\n  \"d\"\n":          "unsupported type hint weird",
+		"def f(x: set[int], y: 'weird'):\n  \"d\"\n":         "unsupported type hint weird",
 		"def f(x: int = len('a')):\n  \"d\"\n":               "must be a literal",
-		"def f(x: int:\n":                                     "syntax error",
-		"import os\n":                                         "defines 0",
+		"def f(x: int:\n":                                    "syntax error",
+		"import os\n":                                        "defines 0",
 	} {
 		if _, err := parsePython(t.Context(), sb, "/usr/bin/python3", "/x.py", []byte(src)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", src, err, want)
