@@ -43,6 +43,27 @@ type Registry struct {
 	order   []string          // lower-case names in first-insertion order
 	entries map[string]*entry // by lower-case name
 	aliases map[string]string // lower-case alias → target name
+	// miss, when set, is asked about a name no tool has (SetMissHook).
+	miss func(name string) bool
+}
+
+// SetMissHook installs fn, called (without the registry's lock) when
+// Lookup or Prepare finds no tool of a name: a source that registers
+// tools on demand (a lazy MCP provider, started by the first call of one
+// of its tools) registers it and returns true, and the lookup is tried
+// again. fn must bound its own wait.
+func (r *Registry) SetMissHook(fn func(name string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.miss = fn
+}
+
+// onMiss asks the miss hook about name; r.mu must not be held.
+func (r *Registry) onMiss(name string) bool {
+	r.mu.RLock()
+	fn := r.miss
+	r.mu.RUnlock()
+	return fn != nil && fn(name)
 }
 
 // NewRegistry returns an empty registry with DefaultAliases
@@ -192,10 +213,16 @@ func (r *Registry) Aliases() map[string]string {
 // Lookup finds a tool by name or alias, case-insensitively. The returned
 // tool is shared: callers must not modify it.
 func (r *Registry) Lookup(name string) (*Tool, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if e := r.find(name); e != nil {
-		return e.tool, true
+	for try := 0; try < 2; try++ {
+		r.mu.RLock()
+		e := r.find(name)
+		r.mu.RUnlock()
+		if e != nil {
+			return e.tool, true
+		}
+		if try == 0 && !r.onMiss(name) {
+			break
+		}
 	}
 	return nil, false
 }
