@@ -182,9 +182,9 @@ func TestProviderToolsListedAndCalled(t *testing.T) {
 	}
 	// Annotations narrow the granted effects (never widen them).
 	for name, want := range map[string][]tools.Effect{
-		"t__echo":    {tools.EffectFileRead},                                            // readOnlyHint
-		"t__note":    {tools.EffectExec, tools.EffectFileRead},                          // destructiveHint false
-		"t__fail":    {tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite},   // no hints: MCP defaults
+		"t__echo":    {tools.EffectFileRead},                                          // readOnlyHint
+		"t__note":    {tools.EffectExec, tools.EffectFileRead},                        // destructiveHint false
+		"t__fail":    {tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite}, // no hints: MCP defaults
 		"t__picture": {tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite},
 	} {
 		tl, _ := reg.Lookup(name)
