@@ -30,6 +30,12 @@ type Config struct {
 	Sessions        SessionsConfig    `yaml:"sessions"`
 	Pool            PoolConfig        `yaml:"pool"`
 	Retention       RetentionConfig   `yaml:"retention"`
+	// ToolsDir, Tools, Turns, Providers, Admin: see config_tools.go.
+	ToolsDir  string           `yaml:"tools_dir"`
+	Tools     ToolsConfig      `yaml:"tools"`
+	Turns     TurnsConfig      `yaml:"turns"`
+	Providers []ProviderConfig `yaml:"providers"`
+	Admin     AdminConfig      `yaml:"admin"`
 }
 
 // RetentionConfig bounds what the store keeps of finished jobs (with their
@@ -254,6 +260,8 @@ func defaultConfig() Config {
 		Retention: RetentionConfig{MaxAge: Duration(7 * 24 * time.Hour), MaxBytes: 1 << 30,
 			Interval: Duration(time.Minute)},
 		Runner: RunnerConfig{Name: defaultRunner},
+		Turns: TurnsConfig{Concurrency: 8, Retries: 2, RetryBackoff: Duration(100 * time.Millisecond),
+			Keep: Duration(time.Hour)},
 	}
 }
 

@@ -116,6 +116,7 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 		{"SANDBOXD_CONTAINERD_NAMESPACE", &cfg.Runner.Containerd.Namespace},
 		{"SANDBOXD_CONTAINERD_IMAGE", &cfg.Runner.Containerd.Image},
 		{"SANDBOXD_CONTAINERD_RUNTIME", &cfg.Runner.Containerd.Runtime},
+		{"SANDBOXD_TOOLS_DIR", &cfg.ToolsDir},
 	}
 	for _, s := range strs {
 		if v := getenv(s.name); v != "" {

@@ -59,6 +59,7 @@ func (c *Config) validate() error {
 			bad("runner.containerd.namespace %q: want letters, digits, '.', '_' or '-', at most 63 characters", ns)
 		}
 	}
+	c.validateTools(bad)
 	c.Limits.Defaults.validate("limits.defaults", bad)
 	c.Limits.Ceilings.validate("limits.ceilings", bad)
 	_, ceilings := c.EffectiveLimits()

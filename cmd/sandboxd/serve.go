@@ -23,6 +23,8 @@ import (
 	"github.com/sandboxd/sandboxd/store"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
+	"github.com/sandboxd/sandboxd/tools/custom"
+	"github.com/sandboxd/sandboxd/tools/provider"
 )
 
 var (
@@ -53,6 +55,9 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err := builtin.Register(reg, builtin.Options{}); err != nil {
 		return err
 	}
+	if err := markIdempotent(reg, cfg.Tools.Idempotent); err != nil {
+		return err
+	}
 	defaults, ceilings := cfg.EffectiveLimits()
 	r, closeRunner, err := newRunner(ctx, cfg, defaults.runner(), log.With("component", "runner"))
 	if err != nil {
@@ -79,7 +84,7 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	svc, err := job.New(job.Config{
 		Guard:     guard,
 		Policies:  policies,
-		Egress:    newEgressProvider(proxy, policies),
+		Egress:    newEgressProvider(proxy, policies, cfg.providerEgress()),
 		Workers:   cfg.Queue.Workers,
 		QueueSize: cfg.Queue.Size,
 		Ceilings:  ceilings.runner(),
@@ -103,15 +108,38 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		},
 		Pool:      job.PoolConfig{Size: cfg.EffectivePoolSize(), MaxSandboxes: cfg.Pool.MaxSandboxes},
 		Retention: cfg.Retention.job(),
-		Logger:    log.With("component", "job"),
-		Metrics:   job.NewMetrics(promReg),
+		Logger:       log.With("component", "job"),
+		Metrics:      job.NewMetrics(promReg),
+		Retries:      cfg.Turns.Retries,
+		RetryBackoff: time.Duration(cfg.Turns.RetryBackoff),
 	}, st, reg, r)
 	if err != nil {
 		return err
 	}
+	// Tools without Go code load before Start, so that their sandboxed
+	// tools get warm pool sandboxes like the built-ins.
+	sources := &toolSources{}
+	if cfg.ToolsDir != "" {
+		sources.dir = custom.NewDirectory(custom.Options{Dir: cfg.ToolsDir, Registry: reg, Replace: cfg.Tools.ReplaceBuiltins,
+			Sandbox: svc, Logger: log.With("component", "tools")})
+		if _, err := sources.dir.Reload(ctx); err != nil {
+			return err
+		}
+	}
+	reloadOnHUP(ctx, sources.dir, log)
+	sources.prov, err = provider.NewManager(cfg.providerConfigs(), provider.Options{Registry: reg,
+		Launcher: launcher{svc: svc, log: log.With("component", "provider")}, Protected: protected,
+		Logger: log.With("component", "provider"), Version: versionString()})
+	if err != nil {
+		return err
+	}
+	defer sources.prov.Stop() // before the runner closes
+	promReg.MustRegister(sources.prov.Collector())
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
+	sources.prov.Start()
+	turns := job.NewTurns(svc, job.TurnConfig{Concurrency: cfg.Turns.Concurrency, Keep: time.Duration(cfg.Turns.Keep)})
 
 	handler := api.New(svc, api.Options{
 		Keys:         cfg.APIKeys(),
@@ -121,6 +149,9 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		Registerer:   promReg,
 		Logger:       log.With("component", "api"),
 		Version:      versionString(),
+		Turns:        turns,
+		Tools:        sources,
+		AdminTenants: cfg.Admin.Tenants,
 	})
 	return listenAndServe(ctx, cfg, log, handler, svc, protected)
 }

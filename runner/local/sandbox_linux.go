@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -89,8 +90,30 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 		}
 		egressR, extra = r, []*os.File{w}
 	}
+	stdin := p.Stdin
+	var stdinR *os.File
+	if p.LongLived && stdin != nil {
+		// A long-lived process's stdin is a stream that may never end:
+		// give the helper a pipe fed by our own goroutine, since os/exec
+		// would wait for its copying goroutine (blocked reading the
+		// stream) after the process died, and the death would go unseen.
+		r, w, err := os.Pipe()
+		if err != nil {
+			stdout.Finish(0)
+			stderr.Finish(0)
+			return runner.Result{}, fmt.Errorf("exec: %w", err)
+		}
+		go func() {
+			_, _ = io.Copy(w, p.Stdin)
+			w.Close()
+		}()
+		stdin, stdinR = r, r
+	}
 	start := time.Now()
-	cmd, cfgW, statR, err := startHelper(s.r.cfg.HelperPath, p.Stdin, stdout, stderr, s.r.cloneFlags(), extra...)
+	cmd, cfgW, statR, err := startHelper(s.r.cfg.HelperPath, stdin, stdout, stderr, s.r.cloneFlags(), extra...)
+	if stdinR != nil {
+		stdinR.Close() // the helper has its own copy
+	}
 	for _, f := range extra {
 		f.Close()
 	}

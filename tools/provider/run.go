@@ -20,6 +20,11 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 )
 
+// restartWait: a call finding its provider restarting waits for it when
+// the next start is at most this far away (a short backoff after a
+// crash), and is refused at once otherwise.
+const restartWait = 5 * time.Second
+
 // stableAfter: a provider that stayed up this long restarts with the
 // first backoff again.
 const stableAfter = 30 * time.Second
@@ -312,7 +317,7 @@ func (p *provider) session(ctx context.Context) (*mcp.ClientSession, chan struct
 	defer cancel()
 	for {
 		p.mu.Lock()
-		cs, done, state, changed := p.cs, p.connDone, p.state, p.changed
+		cs, done, state, changed, next := p.cs, p.connDone, p.state, p.changed, p.next
 		p.mu.Unlock()
 		if state == StateReady && cs != nil {
 			select {
@@ -321,7 +326,8 @@ func (p *provider) session(ctx context.Context) (*mcp.ClientSession, chan struct
 				return cs, done, nil
 			}
 		}
-		if state == StateRestarting { // do not hold the call through a backoff
+		if state == StateRestarting && time.Until(next) > restartWait {
+			// Do not hold the call through a long backoff.
 			return nil, nil, fmt.Errorf("%w: %w: %w", tools.ErrInfrastructure, tools.ErrNotStarted, p.unavailable())
 		}
 		select {
