@@ -25,7 +25,7 @@ type Turn struct {
 		OK      bool   `json:"ok"`
 		Content string `json:"content"`
 	} `json:"calls"`
-	Effects map[string]int `json:"effects"`
+	Effects map[string]int  `json:"effects"`
 	Raw     json.RawMessage `json:"-"`
 }
 
