@@ -19,9 +19,9 @@ package fake
 
 import (
 	"context"
-	"io"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
