@@ -51,7 +51,7 @@ func (b *barrier) tool(name string, parallel bool, wait time.Duration) *tools.To
 	}
 }
 
-func (h *harness) register(t *testing.T, ts ...*tools.Tool) {
+func (h *harness) register(t testing.TB, ts ...*tools.Tool) {
 	t.Helper()
 	for _, tl := range ts {
 		if err := h.svc.Registry().Register(tl); err != nil {
