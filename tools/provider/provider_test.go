@@ -250,7 +250,7 @@ func TestProviderUnavailableWhileRestarting(t *testing.T) {
 	waitState(t, m, "t", StateReady)
 	l.kill()
 	st := waitState(t, m, "t", StateRestarting)
-	if st.NextStart == nil || st.Error == "" {
+	if st.NextStart == nil || st.Error != "the server process killed by signal SIGKILL" {
 		t.Errorf("status %+v", st)
 	}
 	tl, ok := reg.Lookup("t__echo")

@@ -90,10 +90,10 @@ func (p *provider) loop() {
 		p.setStateLocked(StateStarting, p.err)
 		p.mu.Unlock()
 		started := time.Now()
-		cs, stop, err := p.start()
+		cs, stop, why, err := p.start()
 		if err == nil {
 			p.log.Info("provider ready", "tools", len(p.toolNames()))
-			err = p.serve(cs, stop)
+			err = p.serve(cs, stop, why)
 			if p.m.stopped() {
 				return
 			}
@@ -122,8 +122,9 @@ func (p *provider) loop() {
 }
 
 // start connects: a sandboxed process for a stdio server, an HTTP client
-// for a URL, then initialize and tools/list. stop ends what start began.
-func (p *provider) start() (*mcp.ClientSession, func(), error) {
+// for a URL, then initialize and tools/list. stop ends what start began;
+// why says how a stdio server's process ended (nil while it runs).
+func (p *provider) start() (*mcp.ClientSession, func(), func() error, error) {
 	ctx, cancel := context.WithTimeout(p.m.ctx, p.cfg.StartTimeout)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "sandboxd", Version: p.m.version}, &mcp.ClientOptions{
@@ -134,41 +135,54 @@ func (p *provider) start() (*mcp.ClientSession, func(), error) {
 	})
 	var transport mcp.Transport
 	stop := func() {}
+	why := func() error { return nil }
 	if len(p.cfg.Command) > 0 {
 		if p.m.launcher == nil {
-			return nil, stop, errors.New("no sandbox runner to start the provider in")
+			return nil, stop, why, errors.New("no sandbox runner to start the provider in")
 		}
 		proc, err := p.m.launcher.Launch(ctx, LaunchSpec{Name: "provider-" + p.cfg.Name, Args: p.cfg.Command, Env: p.cfg.Env,
 			Effects: p.cfg.Effects, Image: p.cfg.Image, Workspace: p.cfg.Workspace})
 		if err != nil {
-			return nil, stop, err
+			return nil, stop, why, err
 		}
 		stop = proc.Stop
+		why = func() error {
+			select {
+			case <-proc.Done():
+				return fmt.Errorf("the server process %w", proc.Err())
+			case <-time.After(time.Second): // the connection ended first
+				return nil
+			}
+		}
 		transport = &procTransport{proc: proc}
 	} else {
 		hc, err := p.httpClient()
 		if err != nil {
-			return nil, stop, err
+			return nil, stop, why, err
 		}
 		transport = &mcp.StreamableClientTransport{Endpoint: p.cfg.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true}
 	}
 	cs, err := client.Connect(ctx, transport, nil)
 	if err != nil {
+		err = fmt.Errorf("initialize: %w", err)
+		if w := why(); w != nil {
+			err = fmt.Errorf("%w (%w)", err, w)
+		}
 		stop()
-		return nil, func() {}, fmt.Errorf("initialize: %w", err)
+		return nil, func() {}, why, err
 	}
 	if err := p.refresh(ctx, cs); err != nil {
 		cs.Close()
 		stop()
-		return nil, func() {}, err
+		return nil, func() {}, why, err
 	}
-	return cs, stop, nil
+	return cs, stop, why, nil
 }
 
 // serve marks the provider ready and waits until its session ends (the
 // process died, the server went away, keepalive pings failed) or the
 // manager stops.
-func (p *provider) serve(cs *mcp.ClientSession, stop func()) error {
+func (p *provider) serve(cs *mcp.ClientSession, stop func(), why func() error) error {
 	done := make(chan struct{})
 	var werr error
 	go func() { werr = cs.Wait(); close(done) }()
@@ -176,9 +190,15 @@ func (p *provider) serve(cs *mcp.ClientSession, stop func()) error {
 	p.cs, p.connDone = cs, done
 	p.setStateLocked(StateReady, nil)
 	p.mu.Unlock()
+	ended := false
 	select {
 	case <-done:
+		ended = true
 	case <-p.m.quit:
+	}
+	var reason error
+	if ended {
+		reason = why()
 	}
 	cs.Close()
 	stop()
@@ -186,8 +206,11 @@ func (p *provider) serve(cs *mcp.ClientSession, stop func()) error {
 	p.mu.Lock()
 	p.cs = nil
 	p.mu.Unlock()
-	if werr == nil {
-		werr = errors.New("the server closed the connection")
+	switch {
+	case reason != nil:
+		return reason
+	case werr == nil:
+		return errors.New("the server closed the connection")
 	}
 	return werr
 }
