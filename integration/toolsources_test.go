@@ -5,6 +5,8 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -280,4 +282,130 @@ func TestProviderLifecycle(t *testing.T) {
 func (s *server) metricsBody() []byte {
 	_, data := s.do("GET", "/metrics", "", nil, nil)
 	return data
+}
+
+// A stdio provider with the http effect reaches the network only through
+// the egress proxy, under its own allowlist: an allowed server answers, a
+// server off the list is refused.
+func TestProviderEgress(t *testing.T) {
+	okPort, stop1 := serveText(t, "hello-provider")
+	defer stop1()
+	offPort, stop2 := serveText(t, "should-not-be-read")
+	defer stop2()
+	s := startServer(t, fmt.Sprintf(`providers:
+  - name: web
+    command: [/workspace/mcp-testserver]
+    workspace: %s
+    effects: [exec, file_read, http]
+    start: boot
+    egress:
+      allow:
+        - host: 127.0.0.1
+          ports: [%d]
+      allow_private_cidrs: [127.0.0.1/32]
+`, providerDir(t), okPort))
+	waitProviderReady(t, s, "web")
+	code, tv, raw := s.postTurn("", "", fmt.Sprintf(`[%s,%s]`,
+		chatCall("a", "web__fetch", fmt.Sprintf(`{"url":"http://127.0.0.1:%d/"}`, okPort)),
+		chatCall("b", "web__fetch", fmt.Sprintf(`{"url":"http://127.0.0.1:%d/"}`, offPort))))
+	if code != 200 {
+		t.Fatalf("%d %s", code, raw)
+	}
+	if c := tv.Calls[0]; c.Content != "200 hello-provider" {
+		t.Errorf("allowed: %+v", c)
+	}
+	if c := tv.Calls[1]; !strings.HasPrefix(c.Content, "403 egress denied") {
+		t.Errorf("off the allowlist: %+v", c)
+	}
+	if !strings.Contains(string(s.metricsBody()), `sandboxd_egress_requests_total{decision="denied",tenant="provider:web"} 1`) {
+		t.Errorf("the denial is not counted under the provider's scope")
+	}
+}
+
+func serveText(t *testing.T, body string) (int, func()) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) })}
+	go srv.Serve(l)
+	return l.Addr().(*net.TCPAddr).Port, func() { srv.Close() }
+}
+
+// A stdio provider on every runner: on the container runners the agent
+// streams its stdin and runs it without a wall-clock limit. Killed, it
+// comes back (where the host sees the sandbox's processes: not under
+// gVisor, whose processes live inside its own kernel).
+func TestProviderOnEveryRunner(t *testing.T) {
+	for _, rc := range []struct{ name, config string }{
+		{"local", ""},
+		{"docker", runtimeConfig("docker", "")},
+		{"docker-runsc", runtimeConfig("docker", "runsc")},
+		{"containerd", runtimeConfig("containerd", "")},
+		{"containerd-runsc", runtimeConfig("containerd", "runsc")},
+	} {
+		t.Run(rc.name, func(t *testing.T) {
+			if strings.HasPrefix(rc.name, "docker") {
+				needDocker(t)
+			}
+			ws := providerDir(t)
+			s := startServer(t, rc.config+fmt.Sprintf(`
+providers:
+  - name: mcp
+    command: [/workspace/mcp-testserver]
+    workspace: %s
+    effects: [exec, file_read]
+    start: boot
+    restart_backoff: 200ms
+    start_timeout: 60s
+    tools:
+      barrier: {parallel_safe: true}
+      sleep: {parallel_safe: true}
+`, ws))
+			waitProviderReady(t, s, "mcp")
+			body := `[` + chatCall("a", "mcp__barrier", `{"n":2,"timeout_ms":20000}`) + "," +
+				chatCall("b", "mcp__barrier", `{"n":2,"timeout_ms":20000}`) + "," + chatCall("c", "mcp__sleep", `{"ms":1500}`) + `]`
+			code, tv, raw := s.postTurn("", "", body)
+			if code != 200 || tv.Calls[0].Content != "met" || tv.Calls[1].Content != "met" || tv.Calls[2].Content != "slept 1500 ms" {
+				t.Fatalf("%d %s", code, raw)
+			}
+			if strings.HasSuffix(rc.name, "runsc") {
+				return
+			}
+			_, who1, _ := s.postTurn("", "", `[`+chatCall("w", "mcp__whoami", `{}`)+`]`)
+			pid := serverWithWorkspace(ws)
+			if pid == 0 {
+				t.Fatal("the provider's process is not visible on the host")
+			}
+			syscall.Kill(pid, syscall.SIGKILL)
+			if err := waitMetric(s.URL, `sandboxd_provider_restarts_total{provider="mcp"}`, func(v float64) bool { return v >= 1 }); err != nil {
+				t.Fatal(err)
+			}
+			waitProviderReady(t, s, "mcp")
+			_, who2, _ := s.postTurn("", "", `[`+chatCall("w", "mcp__whoami", `{}`)+`]`)
+			if who1.Calls[0].Content == who2.Calls[0].Content || !who2.Calls[0].OK {
+				t.Errorf("not restarted: %q then %q", who1.Calls[0].Content, who2.Calls[0].Content)
+			}
+		})
+	}
+}
+
+// serverWithWorkspace finds the MCP test server whose /workspace is ws
+// (this test's own: its mount table names the directory).
+func serverWithWorkspace(ws string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.HasPrefix(string(cl), "/workspace/mcp-testserver") {
+			continue
+		}
+		mi, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "mountinfo"))
+		if strings.Contains(string(mi), filepath.Base(filepath.Dir(ws))) {
+			var pid int
+			fmt.Sscan(e.Name(), &pid)
+			return pid
+		}
+	}
+	return 0
 }

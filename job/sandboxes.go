@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -188,7 +189,11 @@ func (s *Service) Launch(ctx context.Context, spec LaunchSpec) (*LongProcess, er
 	log := s.log.With("launch", spec.Name, "sandbox", sb.ID())
 	go func() {
 		defer close(p.done)
-		res, err := sb.Exec(ectx, runner.Process{Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
+		env := spec.Env
+		if slices.Contains(spec.Effects, tools.EffectHTTP) { // its only way out: the egress proxy
+			env = append(slices.Clip(env), proxyEnv...)
+		}
+		res, err := sb.Exec(ectx, runner.Process{Args: spec.Args, Env: env, Dir: spec.Dir,
 			Stdin: inR, Stdout: outW, Stderr: stderr, LongLived: true})
 		switch {
 		case ectx.Err() != nil:

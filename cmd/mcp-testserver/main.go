@@ -14,7 +14,8 @@
 //	fail {}                 an error result (isError)
 //	whoami {}               the server's process id and start time
 //	image {}                a 1x1 PNG as image content
-//	fetch {url}             GETs the URL through HTTP_PROXY (openWorldHint)
+//	fetch {url}             GETs the URL through HTTP_PROXY, the sandbox's egress
+//	                        proxy (openWorldHint)
 package main
 
 import (
@@ -25,6 +26,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -146,7 +148,17 @@ func server() *mcp.Server {
 			if err != nil {
 				return nil, nil, err
 			}
-			resp, err := http.DefaultClient.Do(req)
+			// The sandbox's only way out is its egress proxy; use it for every
+			// address (Go's environment proxy skips loopback ones).
+			tr := &http.Transport{}
+			if p := os.Getenv("HTTP_PROXY"); p != "" {
+				pu, err := url.Parse(p)
+				if err != nil {
+					return nil, nil, err
+				}
+				tr.Proxy = http.ProxyURL(pu)
+			}
+			resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
 			if err != nil {
 				r := text(err.Error())
 				r.IsError = true
