@@ -3,8 +3,10 @@ package job_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -362,5 +364,47 @@ func TestTurnSessionOrder(t *testing.T) {
 	}
 	if _, err := turns.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn, SessionID: "ses_nope"}); err == nil {
 		t.Error("unknown session accepted")
+	}
+}
+
+// A turn sent again with the same idempotency key gets the same batch; sent
+// to another executor (a restart: the batch is gone), its calls' jobs are
+// found by key and nothing runs twice.
+func TestTurnIdempotencyKey(t *testing.T) {
+	h := newHarness(t)
+	var runs atomic.Int64
+	h.register(t, &tools.Tool{Name: "count", ParallelSafe: true,
+		Run: func(context.Context, tools.Env, map[string]any) (tools.Result, error) {
+			return tools.Result{OK: true, Content: fmt.Sprint(runs.Add(1))}, nil
+		}})
+	turn, _ := tools.ParseTurn([]byte(anthropicCalls(use("k1", "count", `{}`), use("k2", "count", `{}`))))
+	turns := job.NewTurns(h.svc, job.TurnConfig{})
+	b1, err := turns.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn, IdempotencyKey: "key-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1 = waitBatch(t, turns, "acme", b1.ID)
+	b2, _ := turns.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn, IdempotencyKey: "key-1"})
+	if b2.ID != b1.ID {
+		t.Errorf("same key, new batch %s != %s", b2.ID, b1.ID)
+	}
+	other := job.NewTurns(h.svc, job.TurnConfig{})
+	b3, err := other.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn, IdempotencyKey: "key-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b3 = waitBatch(t, other, "acme", b3.ID)
+	for i := range b3.Calls {
+		if b3.Calls[i].JobID != b1.Calls[i].JobID || b3.Calls[i].Answer != b1.Calls[i].Answer {
+			t.Errorf("call %d: %+v, first %+v", i, b3.Calls[i], b1.Calls[i])
+		}
+	}
+	if runs.Load() != 2 {
+		t.Errorf("the calls ran %d times, want 2", runs.Load())
+	}
+	// Another tenant's key is its own.
+	b4, _ := turns.Submit(t.Context(), "other", job.TurnRequest{Turn: turn, IdempotencyKey: "key-1"})
+	if b4.ID == b1.ID {
+		t.Error("a key crossed tenants")
 	}
 }
