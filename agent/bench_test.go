@@ -44,7 +44,7 @@ func BenchmarkREPLPrint(b *testing.B) {
 
 func BenchmarkREPLRun(b *testing.B) {
 	needPython(b)
-	p := newPyREPL(testPython, nil, "/", slog.New(slog.DiscardHandler))
+	p := newPyREPL(testPython, nil, "/", nil, slog.New(slog.DiscardHandler))
 	defer p.close()
 	ctx := context.Background()
 	req := REPLRequest{Code: "print(1)"}
@@ -62,15 +62,17 @@ func BenchmarkREPLRun(b *testing.B) {
 
 func BenchmarkPythonPipe(b *testing.B) {
 	needPython(b)
-	p := newPyREPL(testPython, nil, "/", slog.New(slog.DiscardHandler))
+	p := newPyREPL(testPython, nil, "/", nil, slog.New(slog.DiscardHandler))
 	defer p.close()
 	pp, err := p.start()
 	if err != nil {
 		b.Fatal(err)
 	}
 	p.proc = pp
+	pp.inCell.Store(true)
 	cell := func() {
-		if err := pp.send("print(1)", time.Minute); err != nil {
+		pp.cells++
+		if err := pp.send("print(1)", pp.cells, time.Minute); err != nil {
 			b.Fatal(err)
 		}
 		for m := range pp.msgs {

@@ -52,10 +52,14 @@
 // One persistent interpreter per agent (python3 -u -I -c repl.py) is
 // started on the first repl request and shared by all connections; cells
 // run one at a time against one globals dict. It talks to the agent over
-// fds 3 (requests) and 4 (messages) with the same length+JSON framing;
-// sys.stdout/sys.stderr are replaced by line-buffered writers that stream
-// output messages, and raw writes to fds 1/2 (C code, subprocesses) are
-// forwarded too. A trailing expression's repr is the cell's Value.
+// fds 3 (requests) and 4 (messages) with the same length+JSON framing.
+// The interpreter is the code (ServerOptions.CodeUser), so its messages
+// are untrusted: at most 8 MiB each, a result is taken only with the id
+// of the cell it answers, messages between cells are dropped, artifacts
+// are bounded and every result is cut to fit one frame. In the
+// interpreter sys.stdout/sys.stderr are replaced by line-buffered writers
+// that stream output messages, and raw writes to fds 1/2 (C code,
+// subprocesses) are forwarded too. A trailing expression's repr is the cell's Value.
 // matplotlib figures left open after a cell are returned as PNG artifacts
 // (MPLBACKEND=Agg). At the timeout (or ctx cancel) the agent sends SIGINT
 // (KeyboardInterrupt, globals kept, TimedOut); a cell still running after

@@ -21,9 +21,10 @@ const egressDialTimeout = 10 * time.Second
 // directions have. It returns when ctx is done (closing l and every
 // forwarded connection) or when l fails.
 //
-// The socket path is dialled anew for each connection: the directory holding
-// it is writable inside the sandbox, but whatever code there could put at
-// that path it could reach directly anyway.
+// The socket path is dialled anew for each connection. In sandboxd's
+// sandboxes it lies in the agent's own directory (runner.AgentDir, mode
+// 0700, uid 0), which the code can neither reach nor change: the code gets
+// out only through this forwarder.
 func ForwardEgress(ctx context.Context, l net.Listener, socketPath string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

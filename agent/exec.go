@@ -34,7 +34,7 @@ func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string,
 		return startFailure(err, start), nil
 	}
 	cmd := &exec.Cmd{Path: path, Args: req.Args, Env: env, Dir: dir,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+		SysProcAttr: s.opts.CodeUser.sysProcAttr()}
 
 	var closers []io.Closer
 	defer func() {

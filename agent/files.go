@@ -14,6 +14,10 @@ import (
 // maxListEntries bounds a list_dir answer so it fits in one frame.
 const maxListEntries = 20000
 
+// maxPathBytes is the longest path a file operation takes (the kernel's
+// PATH_MAX).
+const maxPathBytes = 4096
+
 // rel maps a client path to one relative to the root. Relative paths are
 // taken below the root; absolute paths must lie inside it. os.Root
 // refuses ".." and symlinks that escape.
@@ -23,6 +27,9 @@ func (s *server) rel(p string) (string, error) {
 	}
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", errors.New("path contains NUL")
+	}
+	if len(p) > maxPathBytes {
+		return "", fmt.Errorf("path is longer than %d bytes", maxPathBytes)
 	}
 	if p == "" {
 		return ".", nil
@@ -117,6 +124,9 @@ func (s *server) readFile(rel string, max int64) ([]byte, error) {
 	return data, nil
 }
 
+// writeFile writes data to rel, creating its missing parent directories.
+// The file and the directories it creates belong to the code's user
+// (ServerOptions.CodeUser), so the code can change and remove them.
 func (s *server) writeFile(rel string, data []byte, mode fs.FileMode) error {
 	if rel == "." {
 		return errors.New("cannot write to the root directory")
@@ -124,10 +134,8 @@ func (s *server) writeFile(rel string, data []byte, mode fs.FileMode) error {
 	if mode == 0 {
 		mode = 0o644
 	}
-	if dir := filepath.Dir(rel); dir != "." {
-		if err := s.root.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
+	if err := s.mkdirAll(filepath.Dir(rel)); err != nil {
+		return err
 	}
 	fh, err := s.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
@@ -137,11 +145,38 @@ func (s *server) writeFile(rel string, data []byte, mode fs.FileMode) error {
 		fh.Close()
 		return err
 	}
+	if err := s.opts.CodeUser.chown(fh); err != nil {
+		fh.Close()
+		return err
+	}
 	if err := fh.Chmod(mode); err != nil { // an existing file keeps its mode otherwise
 		fh.Close()
 		return err
 	}
 	return fh.Close()
+}
+
+// mkdirAll creates dir (relative to the root) and its missing parents,
+// each owned by the code's user. Components that exist (directories, or
+// symlinks os.Root resolves inside the root) are left as they are.
+func (s *server) mkdirAll(dir string) error {
+	if dir == "." {
+		return nil
+	}
+	parts := strings.Split(dir, string(filepath.Separator))
+	for i := range parts {
+		p := filepath.Join(parts[:i+1]...)
+		err := s.root.Mkdir(p, 0o755)
+		switch {
+		case err == nil:
+			if err := s.opts.CodeUser.lchown(s.root, p); err != nil {
+				return err
+			}
+		case !errors.Is(err, fs.ErrExist):
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *server) listDir(rel string) ([]FileInfo, error) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -134,5 +135,65 @@ func TestFileOpsWithoutRoot(t *testing.T) {
 	defer s.close()
 	if f := s.fileOp(frame{Type: typeReadFile, Path: dir}); f.Type != typeError {
 		t.Errorf("file op without root: %+v", f)
+	}
+}
+
+// TestCodeUserOwnsWhatTheAgentMakes: with ServerOptions.CodeUser the
+// files and directories write_file creates belong to the code's user
+// (directories that existed keep their owner), and processes run as it
+// with no supplementary groups.
+func TestCodeUserOwnsWhatTheAgentMakes(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root (chown, switching users)")
+	}
+	t.Parallel()
+	user := &User{UID: 12345, GID: 23456}
+	c, root := startServer(t, ServerOptions{CodeUser: user})
+	for d := root; d != "/"; d = filepath.Dir(d) {
+		if strings.HasPrefix(d, os.TempDir()+"/") {
+			os.Chmod(d, 0o755) // the code user chdirs into the root
+		}
+	}
+	ctx := testCtx(t, 20*time.Second)
+	if err := os.Mkdir(filepath.Join(root, "host"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(ctx, "host/new/deeper/f.txt", []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(ctx, "top.txt", []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string][2]uint32{
+		"host":                  {0, 0},
+		"host/new":              {user.UID, user.GID},
+		"host/new/deeper":       {user.UID, user.GID},
+		"host/new/deeper/f.txt": {user.UID, user.GID},
+		"top.txt":               {user.UID, user.GID},
+	} {
+		fi, err := os.Lstat(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != want[0] || st.Gid != want[1] {
+			t.Errorf("%s: owned by %d:%d, want %d:%d", p, st.Uid, st.Gid, want[0], want[1])
+		}
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "host/new/deeper/f.txt")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v", fi.Mode())
+	}
+	res, err := c.Exec(ctx, ExecRequest{Args: []string{"grep", "-E", "^(Uid|Gid|Groups|CapEff|CapPrm):", "/proc/self/status"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Uid:\t12345\t12345\t12345\t12345\nGid:\t23456\t23456\t23456\t23456\nGroups:\t\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+	if got := strings.ReplaceAll(string(res.Stdout), "\t \n", "\t\n"); got != want {
+		t.Errorf("process status:\n%s\nwant:\n%s", got, want)
+	}
+	if _, err := os.Stat(testPython); err == nil {
+		r, err := c.REPL(ctx, REPLRequest{Code: "import os; (os.getuid(), os.getgid(), os.getgroups())"}, nil)
+		if err != nil || r.Value != "(12345, 23456, [])" {
+			t.Errorf("REPL identity: %+v %v", r, err)
+		}
 	}
 }

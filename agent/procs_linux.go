@@ -26,7 +26,9 @@ type procTable struct {
 func (t *procTable) start(cmd *exec.Cmd) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	redumpable()
+	if err != nil {
 		return err
 	}
 	t.pids[cmd.Process.Pid] = struct{}{}

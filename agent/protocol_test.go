@@ -281,7 +281,7 @@ func FuzzServerFrames(f *testing.F) {
 func TestClientCapsStreamedOutput(t *testing.T) {
 	t.Parallel()
 	c := fakeAgent(t, func(sc net.Conn, f frame) {
-		chunk := make([]byte, 1<<20)
+		chunk := make([]byte, 64<<10)
 		for range 20 {
 			b, _ := encodeFrame(&frame{ID: f.ID, Type: typeOutput, Stream: "stdout", Data: chunk})
 			if _, err := sc.Write(b); err != nil {
@@ -292,7 +292,7 @@ func TestClientCapsStreamedOutput(t *testing.T) {
 		sc.Write(b)
 	})
 	var got int
-	_, err := c.Exec(testCtx(t, 20*time.Second), ExecRequest{Args: []string{"x"}, OutputLimit: 1000}, func(_ string, b []byte) { got += len(b) })
+	_, err := c.Exec(testCtx(t, 60*time.Second), ExecRequest{Args: []string{"x"}, OutputLimit: 1000}, func(_ string, b []byte) { got += len(b) })
 	if err != nil {
 		t.Fatal(err)
 	}

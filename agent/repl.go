@@ -8,13 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -26,9 +26,14 @@ const (
 	// interruptGrace is how long a cell may take to stop after SIGINT
 	// before the interpreter is killed and replaced.
 	interruptGrace = 2 * time.Second
-	// maxPyMessage bounds one message from the interpreter (it runs user
-	// code and is not trusted more than the user).
-	maxPyMessage = 16 << 20
+	// maxPyMessage bounds one message from the interpreter (it is the
+	// code, trusted no more than the code): repl.py's largest, a result
+	// with 3 MiB of PNG (4 MiB of base64) and two 256 Ki-character texts,
+	// stays below it. Larger gets the interpreter killed.
+	maxPyMessage = 8 << 20
+	// pyMsgBuffer is how many decoded messages may wait for the cell:
+	// with maxPyMessage it bounds what the interpreter makes the agent hold.
+	pyMsgBuffer = 4
 	// maxArtifactBytes bounds the artifacts of one cell so the result fits a frame.
 	maxArtifactBytes = 4 << 20
 )
@@ -39,6 +44,7 @@ type pyREPL struct {
 	python string
 	env    []string
 	dir    string
+	user   *User // who the interpreter runs as (ServerOptions.CodeUser)
 	log    *slog.Logger
 
 	sem    chan struct{} // one cell at a time; a channel so waiting honours ctx
@@ -60,6 +66,10 @@ type pyProc struct {
 	// reader does not block forever on a killed interpreter's last words.
 	abandon     chan struct{}
 	abandonOnce sync.Once
+	// inCell is set while a cell runs; messages outside a cell (from
+	// the code's own threads) are dropped, like raw output.
+	inCell atomic.Bool
+	cells  uint64 // id of the last cell sent; only run touches it (one cell at a time)
 
 	sinkMu sync.Mutex
 	sink   func(stream string, b []byte) // where fd 1/2 output goes during a cell
@@ -68,6 +78,7 @@ type pyProc struct {
 // pyMsg is a message from the interpreter: output ("o") or result ("r").
 type pyMsg struct {
 	T           string     `json:"t"`
+	ID          uint64     `json:"id"` // "r": the cell it answers
 	S           string     `json:"s"`
 	D           string     `json:"d"`
 	OK          bool       `json:"ok"`
@@ -77,13 +88,13 @@ type pyMsg struct {
 	Artifacts   []Artifact `json:"artifacts"`
 }
 
-func newPyREPL(python string, env []string, dir string, log *slog.Logger) *pyREPL {
+func newPyREPL(python string, env []string, dir string, user *User, log *slog.Logger) *pyREPL {
 	e := make([]string, 0, len(env)+2)
 	e = append(append(e, env...), "MPLBACKEND=Agg")
 	if !hasEnv(env, "MPLCONFIGDIR") { // the sandbox user has no writable home
 		e = append(e, "MPLCONFIGDIR="+filepath.Join(os.TempDir(), "sandboxd-matplotlib"))
 	}
-	return &pyREPL{python: python, env: e, dir: dir, log: log, sem: make(chan struct{}, 1)}
+	return &pyREPL{python: python, env: e, dir: dir, user: user, log: log, sem: make(chan struct{}, 1)}
 }
 
 func (p *pyREPL) start() (*pyProc, error) {
@@ -119,7 +130,7 @@ func (p *pyREPL) start() (*pyProc, error) {
 	cmd.Env, cmd.Dir = p.env, p.dir
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW} // fds 3 and 4
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = p.user.sysProcAttr()
 	err = procs.start(cmd)
 	reqR.Close()
 	respW.Close()
@@ -132,7 +143,7 @@ func (p *pyREPL) start() (*pyProc, error) {
 		errR.Close()
 		return nil, fmt.Errorf("repl: start %s: %w", p.python, err)
 	}
-	pp := &pyProc{cmd: cmd, req: reqW, msgs: make(chan pyMsg, 64), exited: make(chan struct{}), abandon: make(chan struct{})}
+	pp := &pyProc{cmd: cmd, req: reqW, msgs: make(chan pyMsg, pyMsgBuffer), exited: make(chan struct{}), abandon: make(chan struct{})}
 	go pp.readMsgs(respR)
 	go pp.readRaw(outR, "stdout")
 	go pp.readRaw(errR, "stderr")
@@ -146,28 +157,22 @@ func (p *pyREPL) start() (*pyProc, error) {
 	return pp, nil
 }
 
+// readMsgs passes the interpreter's messages to the running cell until
+// EOF; a message over maxPyMessage or not JSON gets the interpreter killed.
 func (pp *pyProc) readMsgs(r *os.File) {
 	defer close(pp.msgs)
 	defer r.Close()
 	br := bufio.NewReaderSize(r, 64<<10)
-	var hdr [4]byte
 	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		m, err := readPyMsg(br)
+		if err != nil {
+			if errors.Is(err, errPyProtocol) {
+				pp.kill()
+			}
 			return
 		}
-		n := binary.BigEndian.Uint32(hdr[:])
-		if n > maxPyMessage {
-			pp.kill()
-			return
-		}
-		b := make([]byte, n)
-		if _, err := io.ReadFull(br, b); err != nil {
-			return
-		}
-		var m pyMsg
-		if err := json.Unmarshal(b, &m); err != nil {
-			pp.kill()
-			return
+		if !pp.inCell.Load() {
+			continue
 		}
 		select {
 		case pp.msgs <- m:
@@ -198,6 +203,20 @@ func (pp *pyProc) readRaw(r *os.File, stream string) {
 	}
 }
 
+// drain drops messages that reached the channel before the cell began.
+func (pp *pyProc) drain() {
+	for {
+		select {
+		case _, ok := <-pp.msgs:
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
 func (pp *pyProc) setSink(f func(string, []byte)) {
 	pp.sinkMu.Lock()
 	pp.sink = f
@@ -215,10 +234,11 @@ func (pp *pyProc) stop() {
 
 // send writes a request; an interpreter that does not take it within
 // timeout (a thread holding the GIL, a wedged process) counts as dead.
-func (pp *pyProc) send(code string, timeout time.Duration) error {
+func (pp *pyProc) send(code string, id uint64, timeout time.Duration) error {
 	body, err := json.Marshal(struct {
 		Code string `json:"code"`
-	}{code})
+		ID   uint64 `json:"id"`
+	}{code, id})
 	if err != nil {
 		return err
 	}
@@ -299,13 +319,19 @@ func (p *pyREPL) run(ctx context.Context, req REPLRequest, emit func(string, []b
 		outMu.Unlock()
 		res.Stdout, res.Stderr = string(o), string(e)
 		res.Duration = time.Since(start)
+		fitREPLResult(&res)
 		return res
 	}
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = DefaultREPLTimeout
 	}
-	if err := pp.send(req.Code, timeout); err != nil {
+	pp.inCell.Store(true)
+	defer pp.inCell.Store(false)
+	pp.drain()
+	pp.cells++
+	cell := pp.cells
+	if err := pp.send(req.Code, cell, timeout); err != nil {
 		pp.stop()
 		p.died(pp)
 		res.Error = "python interpreter is gone (" + err.Error() + "); the next call starts a fresh one, globals lost"
@@ -339,16 +365,11 @@ func (p *pyREPL) run(ctx context.Context, req REPLRequest, emit func(string, []b
 					write(m.S, []byte(m.D))
 				}
 			case "r":
-				res.OK, res.Value, res.Error = m.OK, m.Value, m.Error
-				res.TimedOut = timedOut && m.Interrupted
-				var total int
-				for _, a := range m.Artifacts {
-					if total += len(a.Data); total > maxArtifactBytes {
-						write("stderr", []byte("sandboxd: artifacts over the size limit dropped\n"))
-						break
-					}
-					res.Artifacts = append(res.Artifacts, a)
+				if m.ID != cell {
+					continue // an earlier cell's, or forged by the code's own thread
 				}
+				m.result(&res, func(note string) { write("stderr", []byte(note)) })
+				res.TimedOut = timedOut && m.Interrupted
 				return finish(), nil
 			}
 		case <-expired:

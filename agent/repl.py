@@ -190,6 +190,7 @@ def _main():
         except KeyboardInterrupt:
             _busy = False
             res = {'t': 'r', 'ok': False, 'error': 'KeyboardInterrupt\n', 'interrupted': True}
+        res['id'] = req.get('id', 0)  # the agent takes only the answer to its cell
         _send(res)
 
 

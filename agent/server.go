@@ -26,6 +26,13 @@ type ServerOptions struct {
 	Env []string
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
+	// CodeUser is who the code is: every process the agent starts (exec,
+	// the REPL interpreter) runs as its uid and gid with no supplementary
+	// groups, and files and directories the agent creates (write_file)
+	// are owned by it. The agent needs CAP_SETUID, CAP_SETGID and
+	// CAP_CHOWN for that, and CAP_KILL to kill the code's processes. nil:
+	// processes run as the agent's own user and files stay the agent's.
+	CodeUser *User
 
 	// disableProcs answers exec and repl with an error (fuzzing).
 	disableProcs bool
@@ -66,7 +73,7 @@ func newServer(opts ServerOptions) (*server, error) {
 		}
 		s.root, s.rootAbs, dir = r, abs, abs
 	}
-	s.repl = newPyREPL(opts.PythonPath, opts.Env, dir, log)
+	s.repl = newPyREPL(opts.PythonPath, opts.Env, dir, opts.CodeUser, log)
 	return s, nil
 }
 

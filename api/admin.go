@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"slices"
 
 	"github.com/go-chi/chi/v5"
 
@@ -23,8 +22,9 @@ type ToolSources interface {
 	Warm(ctx context.Context)
 }
 
-// adminResource serves /v1/admin: operator actions, for the tenants in
-// Options.AdminTenants.
+// adminResource serves /v1/admin: operator actions, for the operator's
+// keys (Options.OperatorKeys; without any key, the loopback-only server's
+// single caller).
 type adminResource struct{ *server }
 
 func (rs *adminResource) Routes() chi.Router {
@@ -36,10 +36,9 @@ func (rs *adminResource) Routes() chi.Router {
 
 func (rs *adminResource) adminOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t := tenantFrom(r.Context())
-		if !slices.Contains(rs.opts.AdminTenants, t) && !(len(rs.opts.Keys) == 0 && t == DefaultTenant) {
+		if !principalFrom(r.Context()).operator {
 			rs.writeError(w, r, &Error{Status: http.StatusForbidden, Code: CodeForbidden,
-				Message: "tenant " + t + " may not use admin routes (config admin.tenants)"})
+				Message: "admin routes need an operator key (operator_keys)"})
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -1,6 +1,6 @@
 // Package api serves sandboxd's HTTP API: jobs (submit, get, list, cancel,
-// server-sent events), the tool catalogue, health, metrics and the OpenAPI
-// document. It talks to the job service only through JobService.
+// server-sent events), sessions, approvals, the tool catalogue, the
+// dashboard's scoped numbers, health and the OpenAPI document. It talks to the job service only through JobService.
 package api
 
 import (
@@ -11,19 +11,16 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sandboxd/sandboxd/api/dashboard"
+	"github.com/sandboxd/sandboxd/config"
 )
 
-// Defaults for Options.
-const (
-	DefaultMaxBodyBytes = 1 << 20
-	DefaultMaxWait      = 5 * time.Minute
-	DefaultHeartbeat    = 15 * time.Second
-	// DefaultTenant serves every request when no API keys are configured.
-	DefaultTenant = "default"
-)
+// DefaultHeartbeat is the interval of SSE comment heartbeats.
+const DefaultHeartbeat = 15 * time.Second
+
+// DefaultTenant serves every request when no API keys are configured.
+const DefaultTenant = config.DefaultTenant
 
 // Options configures the handler. The zero value is usable: no auth (one
 // tenant, DefaultTenant), 1 MiB bodies, waits capped at 5 minutes, no
@@ -32,12 +29,16 @@ type Options struct {
 	// Keys maps an API key to its tenant. Empty means no authentication
 	// and a single tenant, DefaultTenant.
 	Keys map[string]string
-	// MaxBodyBytes caps request bodies (413 past it).
-	MaxBodyBytes int64
-	// MaxWait caps ?wait on submit and get.
-	MaxWait time.Duration
-	// Gatherer is served at /metrics; nil means no /metrics route.
-	Gatherer prometheus.Gatherer
+	// API holds MaxBodyBytes (413 past it) and MaxWait (the ceiling of
+	// ?wait on submit and get); zero fields take config.Defaults().API.
+	config.API
+	// OperatorKeys authenticate the operator: every tenant's dashboard
+	// numbers and approvals, no jobs or sessions.
+	OperatorKeys []string
+	// Dashboard is gathered for GET /v1/dashboard, scoped to the caller;
+	// nil: no such route. (/metrics is not the API's: the daemon serves it
+	// on its own listener, metrics_addr.)
+	Dashboard prometheus.Gatherer
 	// Registerer receives the API's own metrics (requests by route and
 	// code, request duration); nil means they are not exported.
 	Registerer prometheus.Registerer
@@ -52,20 +53,12 @@ type Options struct {
 	Turns TurnService
 	// Tools, when set, adds the state of tool sources (MCP providers, the
 	// tools directory) to GET /v1/tools and serves POST
-	// /v1/admin/tools/reload.
+	// /v1/admin/tools/reload (for the operator).
 	Tools ToolSources
-	// AdminTenants may call /v1/admin routes. Without API keys (one tenant,
-	// DefaultTenant) that tenant may.
-	AdminTenants []string
 }
 
 func (o *Options) setDefaults() {
-	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if o.MaxWait <= 0 {
-		o.MaxWait = DefaultMaxWait
-	}
+	config.Fill(&o.API, config.Defaults().API)
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = DefaultHeartbeat
 	}
@@ -83,8 +76,9 @@ type server struct {
 
 // New returns the HTTP handler of the API. Routes:
 //
-//	GET  /healthz, /metrics, /openapi.yaml        (no auth)
-//	GET  /, /dashboard/*                           built-in dashboard (no auth)
+//	GET  /healthz, /openapi.yaml                   (no auth)
+//	GET  /, /dashboard/*                           the dashboard's page (no auth; its data needs a key)
+//	GET  /v1/dashboard                             the dashboard's numbers, scoped to the caller
 //	POST /v1/jobs                                  submit (?wait)
 //	GET  /v1/jobs, /v1/jobs/{id} (?wait)           list, get
 //	POST /v1/jobs/{id}/cancel
@@ -111,24 +105,25 @@ func New(svc JobService, opts Options) http.Handler {
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/openapi.yaml", serveOpenAPI)
-	// The built-in dashboard: it reads /metrics and calls /v1 with the key the user pastes.
+	// The built-in dashboard's page: static, it shows nothing until the
+	// key the user pastes reads /v1/dashboard and /v1/approvals.
 	r.Method(http.MethodGet, "/", dashboard.Handler())
 	r.Method(http.MethodGet, dashboard.Prefix+"*", dashboard.Handler())
-	if opts.Gatherer != nil {
-		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
-	}
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(newAuthenticator(opts.Keys).middleware(s))
-		r.Mount("/jobs", (&jobsResource{s}).Routes())
+		r.Use(newAuthenticator(opts.Keys, opts.OperatorKeys).middleware(s))
+		r.With(s.requireTenant).Mount("/jobs", (&jobsResource{s}).Routes())
 		r.Mount("/tools", (&toolsResource{s}).Routes())
+		if opts.Dashboard != nil {
+			r.Get("/dashboard", s.dashboardData)
+		}
 		if ss, ok := svc.(SessionService); ok {
-			r.Mount("/sessions", (&sessionsResource{server: s, ss: ss}).Routes())
+			r.With(s.requireTenant).Mount("/sessions", (&sessionsResource{server: s, ss: ss}).Routes())
 		}
 		if as, ok := svc.(ApprovalService); ok {
 			r.Mount("/approvals", (&approvalsResource{server: s, as: as}).Routes())
 		}
 		if opts.Turns != nil {
-			r.Mount("/tool-calls", (&turnsResource{server: s, ts: opts.Turns}).Routes())
+			r.With(s.requireTenant).Mount("/tool-calls", (&turnsResource{server: s, ts: opts.Turns}).Routes())
 		}
 		if opts.Tools != nil {
 			r.Mount("/admin", (&adminResource{server: s}).Routes())

@@ -36,10 +36,10 @@ func okResult(content string) *tools.Result {
 	return &tools.Result{OK: true, Content: content, Usage: tools.Usage{WallMS: 3}}
 }
 
-func TestHealthzOpenAPIMetrics(t *testing.T) {
+func TestHealthzOpenAPI(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	h := newHarness(t, Options{Gatherer: reg, Registerer: reg, Version: "v1.2.3", Keys: map[string]string{"k": "a"}})
+	h := newHarness(t, Options{Dashboard: reg, Registerer: reg, Version: "v1.2.3", Keys: map[string]string{"k": "a"}})
 
 	rec := h.do("GET", "/healthz", "")
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"status":"ok"`) || !strings.Contains(rec.Body.String(), "v1.2.3") {
@@ -49,16 +49,89 @@ func TestHealthzOpenAPIMetrics(t *testing.T) {
 	if rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), "openapi: 3.0.3") {
 		t.Fatalf("openapi.yaml: %d", rec.Code)
 	}
-	h.do("GET", "/v1/jobs/nope", "", "X-API-Key: k")
-	rec = h.do("GET", "/metrics", "")
-	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `sandboxd_http_requests_total{code="404",method="GET",route="/v1/jobs/{id}"} 1`) {
-		t.Fatalf("metrics: %d\n%s", rec.Code, rec.Body)
+	// /metrics is the metrics listener's (metrics_addr), never the API's.
+	if rec, _ := h.serve("GET", "/metrics", ""); rec.Code != 404 {
+		t.Fatalf("GET /metrics on the API: %d", rec.Code)
 	}
+}
 
-	// No Gatherer: no /metrics route.
-	h2 := newHarness(t, Options{})
-	if rec, _ := h2.serve("GET", "/metrics", ""); rec.Code != 404 {
-		t.Fatalf("metrics without gatherer: %d", rec.Code)
+// dashboardRegistry has samples of tenants a and b and a server-wide one.
+func dashboardRegistry(t *testing.T) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	jobs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandboxd_jobs_total", Help: "h"}, []string{"tenant", "tool"})
+	jobs.WithLabelValues("a", "echo").Add(3)
+	jobs.WithLabelValues("b", "echo").Add(5)
+	budget := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sandboxd_guard_budget_remaining", Help: "h"}, []string{"tenant"})
+	budget.WithLabelValues("b").Set(7)
+	queue := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sandboxd_queue_depth", Help: "h"})
+	queue.Set(2)
+	other := prometheus.NewGauge(prometheus.GaugeOpts{Name: "go_other", Help: "h"})
+	reg.MustRegister(jobs, budget, queue, other)
+	return reg
+}
+
+// GET /v1/dashboard: a tenant sees only its own samples, the operator every
+// tenant's and the server-wide ones, nobody without a key.
+func TestDashboardScope(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Dashboard: dashboardRegistry(t), Keys: map[string]string{"key-a": "a", "key-b": "b"}, OperatorKeys: []string{"key-op"}})
+	if rec := h.do("GET", "/v1/dashboard", ""); rec.Code != 401 {
+		t.Fatalf("no key: %d", rec.Code)
+	}
+	for _, tc := range []struct {
+		key, scope string
+		want, not  []string
+	}{
+		{"key-a", "tenant a", []string{`sandboxd_jobs_total{tenant="a",tool="echo"} 3`},
+			[]string{`tenant="b"`, "sandboxd_queue_depth", "sandboxd_guard_budget_remaining", "go_other"}},
+		{"key-b", "tenant b", []string{`sandboxd_jobs_total{tenant="b",tool="echo"} 5`, `sandboxd_guard_budget_remaining{tenant="b"} 7`},
+			[]string{`tenant="a"`, "sandboxd_queue_depth", "go_other"}},
+		{"key-op", "operator", []string{`sandboxd_jobs_total{tenant="a",tool="echo"} 3`, `sandboxd_jobs_total{tenant="b",tool="echo"} 5`, "sandboxd_queue_depth 2"},
+			[]string{"go_other"}},
+	} {
+		rec := h.do("GET", "/v1/dashboard", "", "Authorization: Bearer "+tc.key)
+		body := rec.Body.String()
+		if rec.Code != 200 || rec.Header().Get("X-Sandboxd-Scope") != tc.scope || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain") {
+			t.Fatalf("%s: %d scope %q type %q\n%s", tc.key, rec.Code, rec.Header().Get("X-Sandboxd-Scope"), rec.Header().Get("Content-Type"), body)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("%s: no %s in\n%s", tc.key, w, body)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(body, n) {
+				t.Errorf("%s sees %s:\n%s", tc.key, n, body)
+			}
+		}
+	}
+	// Without keys the single tenant is the operator: it sees everything.
+	h = newHarness(t, Options{Dashboard: dashboardRegistry(t)})
+	if rec := h.do("GET", "/v1/dashboard", ""); rec.Code != 200 || rec.Header().Get("X-Sandboxd-Scope") != "operator" {
+		t.Fatalf("no keys: %d %q", rec.Code, rec.Header().Get("X-Sandboxd-Scope"))
+	}
+}
+
+// An operator key is no tenant: it runs no jobs and opens no sessions.
+func TestOperatorKeyIsNoTenant(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Keys: map[string]string{"key-a": "a"}, OperatorKeys: []string{"key-op"}})
+	for _, r := range []struct{ method, path, body string }{
+		{"POST", "/v1/jobs", `{"tool":"echo","arguments":{"text":"hi"}}`},
+		{"GET", "/v1/jobs", ""},
+		{"GET", "/v1/jobs/job_x", ""},
+	} {
+		rec := h.do(r.method, r.path, r.body, "X-API-Key: key-op")
+		if rec.Code != 403 || decodeErr(t, rec.Body.String()).Code != CodeForbidden {
+			t.Errorf("operator %s %s: %d %s", r.method, r.path, rec.Code, rec.Body)
+		}
+	}
+	if rec := h.do("GET", "/v1/tools", "", "X-API-Key: key-op"); rec.Code != 200 {
+		t.Errorf("operator GET /v1/tools: %d", rec.Code)
+	}
+	if rec := h.do("GET", "/v1/jobs", "", "X-API-Key: key-a"); rec.Code != 200 {
+		t.Errorf("tenant GET /v1/jobs: %d", rec.Code)
 	}
 }
 
@@ -88,7 +161,7 @@ func TestRequestID(t *testing.T) {
 		t.Fatalf("echoed request id %q", got)
 	}
 	rec = h.do("GET", "/healthz", "", "X-Request-ID: "+strings.Repeat("x", 200))
-	if got := rec.Header().Get("X-Request-ID"); len(got) != 24 {
+	if got := rec.Header().Get("X-Request-ID"); !strings.HasPrefix(got, "req_") || len(got) != 30 {
 		t.Fatalf("generated request id %q", got)
 	}
 	rec = h.do("GET", "/v1/jobs/missing", "", "X-Request-ID: rid-1")

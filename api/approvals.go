@@ -15,6 +15,8 @@ import (
 // /v1/approvals; New mounts those routes only when the JobService
 // implements it. *job.Service does.
 type ApprovalService interface {
+	// The tenant of ListApprovals, GetApproval and DecideApproval may be
+	// job.AllTenants: the operator's every tenant.
 	ListApprovals(ctx context.Context, tenant string, f job.ApprovalFilter) ([]*job.Approval, string, error)
 	// GetApproval: another tenant's approval is job.ErrNotFound.
 	GetApproval(ctx context.Context, tenant, id string) (*job.Approval, error)
@@ -22,6 +24,15 @@ type ApprovalService interface {
 	// pending), job.ErrQueueFull (approve when the queue is full; the
 	// approval stays pending), job.ErrShutdown.
 	DecideApproval(ctx context.Context, tenant, id string, d job.ApprovalDecision) (*job.Approval, error)
+}
+
+// approvalScope is the tenant whose approvals the caller sees and decides:
+// its own, or every tenant's (job.AllTenants) for the operator.
+func approvalScope(ctx context.Context) string {
+	if p := principalFrom(ctx); p.operator {
+		return job.AllTenants
+	}
+	return tenantFrom(ctx)
 }
 
 // approvalsResource serves /v1/approvals.
@@ -70,7 +81,7 @@ func (rs *approvalsResource) list(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, err)
 		return
 	}
-	list, next, err := rs.as.ListApprovals(r.Context(), tenantFrom(r.Context()), f)
+	list, next, err := rs.as.ListApprovals(r.Context(), approvalScope(r.Context()), f)
 	if err != nil {
 		rs.writeError(w, r, err)
 		return
@@ -83,7 +94,7 @@ func (rs *approvalsResource) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (rs *approvalsResource) get(w http.ResponseWriter, r *http.Request) {
-	a, err := rs.as.GetApproval(r.Context(), tenantFrom(r.Context()), chi.URLParam(r, "id"))
+	a, err := rs.as.GetApproval(r.Context(), approvalScope(r.Context()), chi.URLParam(r, "id"))
 	if err != nil {
 		rs.writeError(w, r, err)
 		return
@@ -118,7 +129,7 @@ func (rs *approvalsResource) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Reason = b.Reason
-	a, err := rs.as.DecideApproval(r.Context(), tenantFrom(r.Context()), chi.URLParam(r, "id"), d)
+	a, err := rs.as.DecideApproval(r.Context(), approvalScope(r.Context()), chi.URLParam(r, "id"), d)
 	if err != nil {
 		rs.writeError(w, r, err)
 		return

@@ -8,7 +8,17 @@ import (
 	"strings"
 )
 
-// authenticator maps API keys to tenants. Keys are compared in constant
+// principal is who a request authenticated as: a tenant (its jobs,
+// sessions, approvals and dashboard numbers), or the operator (every
+// tenant's dashboard numbers and approvals; no jobs or sessions: tenant is
+// ""). Without any configured key the caller is both: the single tenant
+// DefaultTenant on a loopback-only server, which is the operator's own.
+type principal struct {
+	tenant   string
+	operator bool
+}
+
+// authenticator maps API keys to principals. Keys are compared in constant
 // time: every configured key is compared (as SHA-256 digests, so lengths do
 // not leak either) whatever matches.
 type authenticator struct {
@@ -17,27 +27,29 @@ type authenticator struct {
 
 type keyEntry struct {
 	digest [sha256.Size]byte
-	tenant string
+	who    principal
 }
 
-func newAuthenticator(keys map[string]string) *authenticator {
+func newAuthenticator(tenantKeys map[string]string, operatorKeys []string) *authenticator {
 	a := &authenticator{}
-	for k, t := range keys {
-		a.keys = append(a.keys, keyEntry{digest: sha256.Sum256([]byte(k)), tenant: t})
+	for k, t := range tenantKeys {
+		a.keys = append(a.keys, keyEntry{digest: sha256.Sum256([]byte(k)), who: principal{tenant: t}})
+	}
+	for _, k := range operatorKeys {
+		a.keys = append(a.keys, keyEntry{digest: sha256.Sum256([]byte(k)), who: principal{operator: true}})
 	}
 	return a
 }
 
-// tenant returns the tenant of key, or "" when it is unknown.
-func (a *authenticator) tenant(key string) string {
+// lookup returns the principal of key; ok is false when it is unknown.
+func (a *authenticator) lookup(key string) (p principal, ok bool) {
 	d := sha256.Sum256([]byte(key))
-	found := ""
 	for _, e := range a.keys {
 		if subtle.ConstantTimeCompare(d[:], e.digest[:]) == 1 {
-			found = e.tenant
+			p, ok = e.who, true
 		}
 	}
-	return found
+	return p, ok
 }
 
 // presentedKey reads "Authorization: Bearer KEY" or "X-API-Key: KEY".
@@ -55,26 +67,48 @@ func presentedKey(r *http.Request) string {
 func (a *authenticator) middleware(s *server) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			tenant := DefaultTenant
+			who := principal{tenant: DefaultTenant, operator: true}
 			if len(a.keys) > 0 {
 				key := presentedKey(r)
 				if key == "" {
 					s.writeError(w, r, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing API key (Authorization: Bearer KEY or X-API-Key)"})
 					return
 				}
-				if tenant = a.tenant(key); tenant == "" {
+				var ok bool
+				if who, ok = a.lookup(key); !ok {
 					s.writeError(w, r, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "unknown API key"})
 					return
 				}
 			}
-			ctx := context.WithValue(r.Context(), tenantKey, tenant)
-			ctx = withLogger(ctx, logger(r.Context(), s.log).With("tenant", tenant))
-			next.ServeHTTP(w, r.WithContext(ctx))
+			ctx := context.WithValue(r.Context(), principalKey, who)
+			l := logger(r.Context(), s.log)
+			if who.tenant != "" {
+				l = l.With("tenant", who.tenant)
+			} else {
+				l = l.With("operator", true)
+			}
+			next.ServeHTTP(w, r.WithContext(withLogger(ctx, l)))
 		})
 	}
 }
 
-func tenantFrom(ctx context.Context) string {
-	t, _ := ctx.Value(tenantKey).(string)
-	return t
+// requireTenant refuses the operator's keys on the routes of a tenant's
+// own things (jobs, sessions): they belong to no tenant.
+func (s *server) requireTenant(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tenantFrom(r.Context()) == "" {
+			s.writeError(w, r, &Error{Status: http.StatusForbidden, Code: CodeForbidden,
+				Message: "an operator key reads the dashboard and decides approvals; jobs and sessions need a tenant's key"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
+
+func principalFrom(ctx context.Context) principal {
+	p, _ := ctx.Value(principalKey).(principal)
+	return p
+}
+
+// tenantFrom is the caller's tenant, "" for the operator.
+func tenantFrom(ctx context.Context) string { return principalFrom(ctx).tenant }

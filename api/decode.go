@@ -36,8 +36,9 @@ type submitBody struct {
 	SessionID      string          `json:"session_id"`
 }
 
-// limitsBody are the per-request limits; they may only lower the
-// operator's ceilings (the job service refuses higher values).
+// limitsBody are the per-request limits: any value up to the operator's
+// ceilings (the job service refuses higher values with 400), the defaults
+// for those left out.
 type limitsBody struct {
 	MemoryBytes   int64 `json:"memory_bytes,omitempty"`
 	PIDs          int64 `json:"pids,omitempty"`

@@ -2,14 +2,13 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/sandboxd/sandboxd/internal/ids"
 )
 
 type ctxKey int
@@ -17,7 +16,7 @@ type ctxKey int
 const (
 	requestIDKey ctxKey = iota
 	loggerKey
-	tenantKey
+	principalKey
 )
 
 // maxRequestIDLen bounds an echoed X-Request-ID.
@@ -50,11 +49,7 @@ func validRequestID(id string) bool {
 	return true
 }
 
-func newRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newRequestID() string { return ids.New("req_") }
 
 func requestIDFrom(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey).(string)

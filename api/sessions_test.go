@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner/fake"
 	"github.com/sandboxd/sandboxd/store"
@@ -40,7 +41,7 @@ func newServiceHarness(t *testing.T, opts Options) (*harness, string) {
 		t.Fatal(err)
 	}
 	work := filepath.Join(dir, "work")
-	svc, err := job.New(job.Config{WorkDir: work, Sessions: job.SessionConfig{MaxPerTenant: 2}}, st, reg, fake.New())
+	svc, err := job.New(job.Config{WorkDir: work, Sessions: config.Sessions{MaxPerTenant: 2}}, st, reg, fake.New())
 	if err != nil {
 		t.Fatal(err)
 	}

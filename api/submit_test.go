@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
 func TestSubmit(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, Options{MaxWait: 200 * time.Millisecond})
+	h := newHarness(t, Options{API: config.API{MaxWait: 200 * time.Millisecond}})
 	h.fake.Handle = func(tenant string, c tools.Call) (*tools.Result, error) {
 		if c.Name == "echo" {
 			raw := []byte(c.Arguments)
@@ -166,7 +167,7 @@ func TestSubmitErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, Options{MaxBodyBytes: 1024})
+			h := newHarness(t, Options{API: config.API{MaxBodyBytes: 1024}})
 			h.fake.RetryAfter = 7
 			h.fake.Handle = func(string, tools.Call) (*tools.Result, error) { return nil, tc.handle }
 			rec := h.do("POST", "/v1/jobs"+tc.query, tc.body)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // compose is the part of docker-compose.yml the tests read.
@@ -177,8 +177,9 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("sandboxd: --config %q is not mounted", cfgPath)
 	}
 	var cfg struct {
-		Addr   string `yaml:"addr"`
-		Runner struct {
+		Addr        string `yaml:"addr"`
+		MetricsAddr string `yaml:"metrics_addr"`
+		Runner      struct {
 			Name string `yaml:"name"`
 		} `yaml:"runner"`
 	}
@@ -191,7 +192,19 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("sandboxd listens on %q but publishes %v", cfg.Addr, sd.Ports)
 	}
 
-	// Prometheus scrapes sandboxd's service name and port.
+	// /metrics is on its own listener, reachable on the compose network
+	// (Prometheus) and never published on the host.
+	_, metricsPort, _ := strings.Cut(cfg.MetricsAddr, ":")
+	if metricsPort == "" || metricsPort == sdPort {
+		t.Fatalf("%s: metrics_addr %q must be its own port, apart from addr %q", cfgMount.source, cfg.MetricsAddr, cfg.Addr)
+	}
+	for _, p := range sd.Ports {
+		if strings.HasSuffix(p, ":"+metricsPort) {
+			t.Errorf("sandboxd publishes its metrics port: %q", p)
+		}
+	}
+
+	// Prometheus scrapes sandboxd's service name and metrics port.
 	prom := c.Services["prometheus"]
 	pm, ok := mountOf(t, prom, "/etc/prometheus/prometheus.yml")
 	if !ok || !slices.Contains(prom.Command, "--config.file=/etc/prometheus/prometheus.yml") {
@@ -210,11 +223,11 @@ func TestComposeFile(t *testing.T) {
 	found := false
 	for _, sc := range pcfg.ScrapeConfigs {
 		for _, st := range sc.StaticConfigs {
-			found = found || (sc.JobName == "sandboxd" && slices.Contains(st.Targets, "sandboxd:"+sdPort) && sc.MetricsPath == "/metrics")
+			found = found || (sc.JobName == "sandboxd" && slices.Contains(st.Targets, "sandboxd:"+metricsPort) && sc.MetricsPath == "/metrics")
 		}
 	}
 	if !found {
-		t.Errorf("%s scrapes no sandboxd:%s/metrics", pm.source, sdPort)
+		t.Errorf("%s scrapes no sandboxd:%s/metrics", pm.source, metricsPort)
 	}
 	storage := ""
 	for _, a := range prom.Command {

@@ -5,15 +5,21 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/policy/seccompbpf"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/local"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
@@ -22,19 +28,33 @@ import (
 // speed changes by tens of percent from minute to minute) hits all of them
 // alike. Each iteration runs, in turn:
 //
-//	bare:        /usr/bin/python3 -c 'print(1)' spawned directly
-//	runner:      the same through the local runner (sandbox created once)
-//	runner-repl: python_repl's command for print(1), Create + Exec + Close
-//	api:         python_repl {"code":"print(1)"} through the HTTP API
+//	bare:           /usr/bin/python3 -c 'print(1)' spawned directly
+//	bwrap:          the same under bubblewrap with comparable isolation:
+//	                every namespace, uid 65534, no capabilities, a read-only
+//	                /usr and /etc, fresh /proc, /dev and /tmp, the policy's
+//	                seccomp filter (compiled as the local runner does); no
+//	                cgroup limits
+//	runner-exec:    the same argv through the agent of a local sandbox
+//	                created once
+//	runner-oneshot: python_repl {"code":"print(1)"}'s command through the
+//	                local runner: Create + Exec, as a one-shot job does (its
+//	                Close, untimed, follows)
+//	api-oneshot:    python_repl {"code":"print(1)"} through the HTTP API
+//	                (?wait=true), the default config: a warm pool of 2,
+//	                refilled between calls (waited for, untimed, as an
+//	                agent loop leaves it the time)
+//	api-nopool:     the same with pool.size 0: Create on the call's path
+//	api-session:    the same call in a warm session (the agent's REPL)
 //
-// and reports the median and 99th percentile of each.
+// and reports the median and 99th percentile of each. bwrap is skipped
+// when it is not installed.
 func BenchmarkSpawnInterleaved(b *testing.B) {
 	ctx := context.Background()
-	r, err := local.New(local.Config{StateDir: b.TempDir()})
+	r, err := local.New(local.Config{StateDir: b.TempDir(), AgentPath: agentPath, LauncherPath: launcherPath})
 	if err != nil {
 		b.Fatal(err)
 	}
-	sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: b.TempDir(), WorkspaceMode: runner.WorkspaceReadWrite})
+	sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: b.TempDir(), Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -52,8 +72,15 @@ func BenchmarkSpawnInterleaved(b *testing.B) {
 		}
 	}
 	ws := b.TempDir()
-	s := startServer(b, "")
 	client := &http.Client{}
+	s := startServer(b, "")
+	nopool := startServer(b, "pool:\n  size: 0\n")
+	session, err := createSession(ctx, s.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer deleteSession(s.URL, session)
+	bwrap := bwrapCommand(b)
 
 	contenders := []struct {
 		name string
@@ -66,23 +93,32 @@ func BenchmarkSpawnInterleaved(b *testing.B) {
 			}
 			return err
 		}},
-		{"runner", func() error { return runPy(ctx, sb) }},
-		{"runner-repl", func() error {
-			sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+		{"bwrap", bwrap},
+		{"runner-exec", func() error { return runPy(ctx, sb) }},
+		{"runner-oneshot", func() error {
+			sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 			if err != nil {
 				return err
 			}
-			defer sb.Close(ctx)
 			res, err := sb.Exec(ctx, runner.Process{Args: cmdArgs, Env: cmdEnv, Dir: cmdDir, Stdin: bytes.NewReader(cmdStdin)})
 			if err == nil && (res.ExitCode != 0 || string(res.Stdout) != "1\n") {
 				err = fmt.Errorf("result %+v", res)
 			}
+			// Untimed, as in a job (its result does not wait for it).
+			defer func(t0 time.Time) { sb.Close(ctx); untimed += time.Since(t0) }(time.Now())
 			return err
 		}},
-		{"api", func() error { return apiCall(client, s.URL, "python_repl", map[string]any{"code": "print(1)"}) }},
+		{"api-oneshot", func() error { return apiCall(client, s.URL, "python_repl", map[string]any{"code": "print(1)"}) }},
+		{"api-nopool", func() error {
+			return apiCall(client, nopool.URL, "python_repl", map[string]any{"code": "print(1)"})
+		}},
+		{"api-session", func() error { return sessionCall(ctx, client, s.URL, session, "print(1)") }},
 	}
 	times := make([][]time.Duration, len(contenders))
 	for _, c := range contenders { // warm up, and fail fast
+		if c.fn == nil {
+			continue
+		}
 		if err := c.fn(); err != nil {
 			b.Fatalf("%s: %v", c.name, err)
 		}
@@ -90,18 +126,90 @@ func BenchmarkSpawnInterleaved(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for k, c := range contenders {
+			if c.fn == nil {
+				continue
+			}
+			if c.name == "api-oneshot" {
+				if err := waitPoolReady(s.MetricsURL, 2); err != nil {
+					b.Fatal(err)
+				}
+			}
+			untimed = 0
 			t0 := time.Now()
 			if err := c.fn(); err != nil {
 				b.Fatalf("%s: %v", c.name, err)
 			}
-			times[k] = append(times[k], time.Since(t0))
+			times[k] = append(times[k], time.Since(t0)-untimed)
 		}
 	}
 	b.StopTimer()
 	for k, c := range contenders {
 		d := times[k]
+		if len(d) == 0 {
+			continue
+		}
 		slices.Sort(d)
 		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, c.name+"-p50-ms")
 		b.ReportMetric(float64(d[len(d)*99/100].Microseconds())/1000, c.name+"-p99-ms")
+	}
+}
+
+// untimed is what a contender's own deferred cleanup took (subtracted).
+var untimed time.Duration
+
+// bwrapCommand returns the bubblewrap contender, nil without bwrap. Its
+// seccomp filter is the policy's profile for a sandbox without http, in
+// the kernel's sock_filter layout (bwrap --seccomp reads it from an fd).
+func bwrapCommand(b *testing.B) func() error {
+	path, err := exec.LookPath("bwrap")
+	if err != nil {
+		b.Logf("no bwrap: %v", err)
+		return nil
+	}
+	arch, err := seccompbpf.LookupArch(runtime.GOARCH)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prog, err := seccompbpf.Assemble(runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone).Seccomp, arch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var filter []byte
+	for _, in := range prog {
+		filter = binary.NativeEndian.AppendUint16(filter, in.Op)
+		filter = append(filter, in.Jt, in.Jf)
+		filter = binary.NativeEndian.AppendUint32(filter, in.K)
+	}
+	filterPath := filepath.Join(b.TempDir(), "seccomp.bpf")
+	if err := os.WriteFile(filterPath, filter, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	args := []string{"--unshare-all", "--die-with-parent", "--new-session", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
+		"--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"}
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib64"} {
+		if target, err := os.Readlink(d); err == nil {
+			args = append(args, "--symlink", target, d)
+		} else if _, err := os.Stat(d); err == nil {
+			args = append(args, "--ro-bind", d, d)
+		}
+	}
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/", "--clearenv", "--seccomp", "3")
+	args = append(args, pyArgs...)
+	return func() error {
+		f, err := os.Open(filterPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cmd := exec.Command(path, args...)
+		cmd.ExtraFiles = []*os.File{f}
+		out, err := cmd.CombinedOutput()
+		if err == nil && string(out) != "1\n" {
+			err = fmt.Errorf("output %q", out)
+		}
+		if err != nil {
+			return fmt.Errorf("bwrap: %w: %s", err, out)
+		}
+		return nil
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/local"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
 )
@@ -47,13 +48,13 @@ func BenchmarkSpawn(b *testing.B) {
 		})
 	})
 
-	r, err := local.New(local.Config{StateDir: b.TempDir()})
+	r, err := local.New(local.Config{StateDir: b.TempDir(), AgentPath: agentPath, LauncherPath: launcherPath})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
 	b.Run("runner", func(b *testing.B) {
-		sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: b.TempDir(), WorkspaceMode: runner.WorkspaceReadWrite})
+		sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: b.TempDir(), Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -63,7 +64,7 @@ func BenchmarkSpawn(b *testing.B) {
 	b.Run("runner-fresh", func(b *testing.B) {
 		ws := b.TempDir()
 		measure(b, func() error {
-			sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+			sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 			if err != nil {
 				return err
 			}
@@ -85,7 +86,7 @@ func BenchmarkSpawn(b *testing.B) {
 	b.Run("runner-repl", func(b *testing.B) {
 		ws := b.TempDir()
 		measure(b, func() error {
-			sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+			sb, err := r.Create(ctx, runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 			if err != nil {
 				return err
 			}

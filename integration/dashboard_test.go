@@ -21,8 +21,10 @@ import (
 )
 
 // TestDashboard loads the built-in dashboard in headless Chromium against a
-// real sandboxd, checks that the numbers it shows are the ones /metrics
-// reports and that the page logs no error, and saves a screenshot.
+// real sandboxd: without a key it shows nothing; with a tenant's key it
+// shows that tenant's numbers exactly as GET /v1/dashboard reports them
+// for the key, and none of another tenant's; an operator key sees every
+// tenant. The page must log no error; screenshots are saved.
 func TestDashboard(t *testing.T) {
 	chromium := requireChromium(t)
 	s := startServer(t, `
@@ -37,6 +39,9 @@ tenants:
         - effect: exec
           limit: 50
           per: 24h
+  - name: bob
+    api_keys: [key-bob]
+operator_keys: [key-op]
 `)
 	for i := range 3 {
 		s.run("key-alice", "calculator", map[string]any{"expression": fmt.Sprintf("%d*7", i)})
@@ -46,10 +51,39 @@ tenants:
 	if j := s.run("key-alice", "write_file", map[string]any{"path": "x", "content": "y"}); j.Reason != "denied" {
 		t.Fatalf("write_file under a deny rule: %+v", j)
 	}
+	const bobCalcs = 2
+	for i := range bobCalcs {
+		s.run("key-bob", "calculator", map[string]any{"expression": fmt.Sprintf("%d+2", i)})
+	}
+
+	// The data behind the page needs a key.
+	if resp, _ := s.do("GET", "/v1/dashboard", "", nil, nil); resp.StatusCode != 401 {
+		t.Fatalf("GET /v1/dashboard without a key: %d, want 401", resp.StatusCode)
+	}
 
 	ctx, console := newBrowser(t, chromium)
 	if err := chromedp.Do(ctx, chromedp.Navigate(s.URL+"/")); err != nil {
 		t.Fatalf("navigate: %v", err)
+	}
+	// Without a key: the page loads and shows no number.
+	waitJS(t, ctx, `/API key/.test(document.getElementById('status').textContent)`, 20*time.Second)
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('td[data-metric]').length +
+		Array.from(document.querySelectorAll('.tile [data-metric]')).filter(function (e) { return e.dataset.value !== ''; }).length`)); err != nil || n != 0 {
+		t.Fatalf("without a key the page shows %d numbers (%v)", n, err)
+	}
+	screenshot(t, ctx, "dashboard-nokey.png")
+
+	// The API key field stores the key for this tab only, and the page
+	// reads the tenant's numbers with it.
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("api-key"), "key-alice"),
+		chromedp.Click(chromedp.ID("key-save")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := chromedp.Run(ctx, chromedp.Evaluate[string](`sessionStorage.getItem('sandboxd.apiKey') || ''`))
+	if err != nil || stored != "key-alice" {
+		t.Errorf("sessionStorage key %q, %v", stored, err)
 	}
 	// Two scrapes: the second gives rates, and both finished rendering.
 	waitJS(t, ctx, `Number(document.body.dataset.scrapes || 0) >= 2 &&
@@ -63,8 +97,18 @@ tenants:
 	}
 	waitJS(t, ctx, fmt.Sprintf(`(document.querySelector('#jobs [data-metric="sandboxd_jobs_total"][data-tool="calculator"][data-outcome="ok"]') || {dataset: {}}).dataset.value === '%d'`, 3+later), 10*time.Second)
 
-	// The page shows what /metrics says now: nothing runs in between.
-	families := scrape(t, s.URL)
+	// The page shows what /v1/dashboard says for alice's key now: nothing
+	// runs in between.
+	families := scrapeDashboard(t, s, "key-alice")
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "tenant" && l.GetValue() != "alice" {
+					t.Errorf("alice's dashboard data has %s{tenant=%q}", name, l.GetValue())
+				}
+			}
+		}
+	}
 	type cell struct {
 		Metric, Text, Value string
 		Labels              map[string]string
@@ -83,13 +127,16 @@ tenants:
 		if name == "sandboxd_guard_budget_remaining" {
 			continue // labelled by its row, not by data attributes
 		}
+		if c.Labels["tenant"] != "" && c.Labels["tenant"] != "alice" {
+			t.Errorf("alice's page shows tenant %q: %s%v", c.Labels["tenant"], c.Metric, c.Labels)
+		}
 		want, ok := metricSum(families, name, c.Labels)
 		if !ok {
-			t.Errorf("page shows %s%v = %q, /metrics has no such series", c.Metric, c.Labels, c.Value)
+			t.Errorf("page shows %s%v = %q, /v1/dashboard has no such series", c.Metric, c.Labels, c.Value)
 			continue
 		}
 		if c.Value != formatFloat(want) {
-			t.Errorf("page shows %s%v = %q (text %q), /metrics says %v", c.Metric, c.Labels, c.Value, c.Text, want)
+			t.Errorf("page shows %s%v = %q (text %q), /v1/dashboard says %v", c.Metric, c.Labels, c.Value, c.Text, want)
 		}
 		checked[c.Metric+fmt.Sprint(c.Labels)] = true
 	}
@@ -106,7 +153,21 @@ tenants:
 		}
 	}
 	if v, _ := metricSum(families, "sandboxd_jobs_total", map[string]string{"tool": "calculator", "outcome": "ok"}); v != 3+later {
-		t.Errorf("/metrics: %v calculator jobs ok, want %d", v, 3+later)
+		t.Errorf("/v1/dashboard for alice: %v calculator jobs ok, want %d (alice's only)", v, 3+later)
+	}
+	// Prometheus's /metrics and the operator's dashboard data count bob's too.
+	all := scrape(t, s)
+	op := scrapeDashboard(t, s, "key-op")
+	for what, fams := range map[string]map[string]*dto.MetricFamily{"/metrics": all, "the operator's /v1/dashboard": op} {
+		if v, _ := metricSum(fams, "sandboxd_jobs_total", map[string]string{"tool": "calculator", "outcome": "ok"}); v != 3+later+bobCalcs {
+			t.Errorf("%s: %v calculator jobs ok, want %d (alice's and bob's)", what, v, 3+later+bobCalcs)
+		}
+	}
+	if _, ok := metricSum(op, "sandboxd_queue_depth", nil); !ok {
+		t.Error("the operator's dashboard data lacks the server-wide sandboxd_queue_depth")
+	}
+	if _, ok := metricSum(families, "sandboxd_queue_depth", nil); ok {
+		t.Error("a tenant's dashboard data has the server-wide sandboxd_queue_depth")
 	}
 
 	// Tiles: the value of a present metric, "—" for an absent one.
@@ -123,9 +184,9 @@ tenants:
 		want, ok := metricSum(families, c.Metric, nil)
 		switch {
 		case !ok && (c.Text != "—" || c.Value != ""):
-			t.Errorf("tile %s: %q (value %q), want — (absent from /metrics)", c.Metric, c.Text, c.Value)
+			t.Errorf("tile %s: %q (value %q), want — (absent from /v1/dashboard)", c.Metric, c.Text, c.Value)
 		case ok && c.Value != formatFloat(want):
-			t.Errorf("tile %s: %q (value %q), /metrics says %v", c.Metric, c.Text, c.Value, want)
+			t.Errorf("tile %s: %q (value %q), /v1/dashboard says %v", c.Metric, c.Text, c.Value, want)
 		}
 	}
 
@@ -135,7 +196,7 @@ tenants:
 		return c ? c.dataset.value : 'none';
 	})()`))
 	if want, ok := metricSum(families, "sandboxd_guard_budget_remaining", map[string]string{"effect": "exec"}); err != nil || !ok || want != 49 || budget != formatFloat(want) {
-		t.Errorf("budget remaining on the page %q (%v), /metrics %v (present %v), want 49", budget, err, want, ok)
+		t.Errorf("budget remaining on the page %q (%v), /v1/dashboard %v (present %v), want 49", budget, err, want, ok)
 	}
 
 	// Latency: a p50 for calculator within the histogram's range.
@@ -149,20 +210,7 @@ tenants:
 	if err != nil || p50 == "none" || p50 == "" {
 		t.Errorf("no calculator p50 in the latency table: %q %v", p50, err)
 	}
-
-	// The API key field stores the key for this tab only.
-	if err := chromedp.Do(ctx,
-		chromedp.SendKeys(chromedp.ID("api-key"), "key-alice"),
-		chromedp.Click(chromedp.ID("key-save")),
-	); err != nil {
-		t.Fatal(err)
-	}
-	stored, err := chromedp.Run(ctx, chromedp.Evaluate[string](`sessionStorage.getItem('sandboxd.apiKey') || ''`))
-	if err != nil || stored != "key-alice" {
-		t.Errorf("sessionStorage key %q, %v", stored, err)
-	}
-	// The next poll sends it: no 401 message any more (the approvals API may
-	// not exist yet; its 404 is shown, not thrown).
+	// The approvals poll sends the key too: no 401 message.
 	waitJS(t, ctx, `!/HTTP 401/.test(document.getElementById('approvals-msg').textContent)`, 10*time.Second)
 
 	screenshot(t, ctx, "dashboard.png")
@@ -172,9 +220,10 @@ tenants:
 	t.Run("Approvals", func(t *testing.T) { testDashboardApprovals(t, ctx) })
 }
 
-// testDashboardApprovals holds two jobs for approval (a tenant rule says
-// confirm for calculator), approves one and denies the other in the page,
-// and checks the jobs' fates through the API.
+// testDashboardApprovals holds jobs of two tenants for approval (their
+// rules say confirm for calculator). With alice's key the page shows only
+// alice's, approves one and denies the other; with the operator's key it
+// shows bob's and approves it. The jobs' fates are checked through the API.
 func testDashboardApprovals(t *testing.T, parent context.Context) {
 	s := startServer(t, `
 tenants:
@@ -184,10 +233,17 @@ tenants:
       rules:
         - tool: calculator
           action: confirm
+  - name: bob
+    api_keys: [key-bob]
+    policy:
+      rules:
+        - tool: calculator
+          action: confirm
+operator_keys: [key-op]
 `)
-	submit := func(expr string) jobView {
+	submit := func(key, expr string) jobView {
 		var j jobView
-		resp, data := s.do("POST", "/v1/jobs", "key-alice", map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": expr}}, &j)
+		resp, data := s.do("POST", "/v1/jobs", key, map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": expr}}, &j)
 		if resp.StatusCode != 202 && resp.StatusCode != 200 {
 			t.Fatalf("submit: status %d: %s", resp.StatusCode, data)
 		}
@@ -196,28 +252,33 @@ tenants:
 		}
 		return j
 	}
-	yes, no := submit("6*7"), submit("6*9")
+	yes, no := submit("key-alice", "6*7"), submit("key-alice", "6*9")
+	bobs := submit("key-bob", "7*6")
 
 	ctx, console := newTab(t, parent)
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(s.URL+"/"),
-		chromedp.Evaluate[chromedp.Void](`sessionStorage.removeItem('sandboxd.apiKey')`),
-		chromedp.SendKeys(chromedp.ID("api-key"), "key-alice"),
-		chromedp.Click(chromedp.ID("key-save")),
-	); err != nil {
+	useKey := func(key string) {
+		t.Helper()
+		if err := chromedp.Do(ctx,
+			chromedp.Evaluate[chromedp.Void](`sessionStorage.removeItem('sandboxd.apiKey'); document.getElementById('api-key').value = ''`),
+			chromedp.SendKeys(chromedp.ID("api-key"), key),
+			chromedp.Click(chromedp.ID("key-save")),
+		); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.URL+"/")); err != nil {
 		t.Fatal(err)
 	}
+	useKey("key-alice")
 	item := func(j jobView) string { return fmt.Sprintf(`li.approval[data-job-id=%q]`, j.ID) }
 	waitJS(t, ctx, fmt.Sprintf(`document.querySelector(%q) !== null && document.querySelector(%q) !== null`, item(yes), item(no)), 20*time.Second)
-	// The pending tile counts them (once sandboxd exports the gauge).
-	waitJS(t, ctx, `['2', ''].indexOf(document.getElementById('t-approvals').dataset.value) >= 0`, 10*time.Second)
-	if want, ok := metricSum(scrape(t, s.URL), "sandboxd_approvals_pending", nil); ok {
-		waitJS(t, ctx, fmt.Sprintf(`document.getElementById('t-approvals').dataset.value === %q`, formatFloat(want)), 10*time.Second)
-		if want != 2 {
-			t.Errorf("/metrics: sandboxd_approvals_pending %v, want 2", want)
-		}
-	} else {
-		t.Log("sandboxd_approvals_pending is not exported yet")
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, item(bobs)))); err != nil || n != 0 {
+		t.Fatalf("alice's page lists bob's approval (%d, %v)", n, err)
+	}
+	// The pending tile counts alice's only.
+	waitJS(t, ctx, `document.getElementById('t-approvals').dataset.value === '2'`, 10*time.Second)
+	if want, ok := metricSum(scrape(t, s), "sandboxd_approvals_pending", nil); !ok || want != 3 {
+		t.Errorf("/metrics: sandboxd_approvals_pending %v (present %v), want 3 (both tenants)", want, ok)
 	}
 	screenshot(t, ctx, "dashboard-approvals.png")
 
@@ -228,22 +289,33 @@ tenants:
 	); err != nil {
 		t.Fatal(err)
 	}
-	wait := func(j jobView) jobView {
+	wait := func(key string, j jobView) jobView {
 		var got jobView
-		resp, data := s.do("GET", "/v1/jobs/"+j.ID+"?wait=30s", "key-alice", nil, &got)
+		resp, data := s.do("GET", "/v1/jobs/"+j.ID+"?wait=30s", key, nil, &got)
 		if resp.StatusCode != 200 {
 			t.Fatalf("get %s: %d %s", j.ID, resp.StatusCode, data)
 		}
 		return got
 	}
-	if got := wait(yes); got.State != "succeeded" || got.Result == nil || strings.TrimSpace(got.Result.Content) != "42" {
+	if got := wait("key-alice", yes); got.State != "succeeded" || got.Result == nil || strings.TrimSpace(got.Result.Content) != "42" {
 		t.Errorf("approved job: %+v", got)
 	}
-	if got := wait(no); got.State != "failed" || got.Reason != "approval_denied" {
+	if got := wait("key-alice", no); got.State != "failed" || got.Reason != "approval_denied" {
 		t.Errorf("denied job: state %q reason %q, want failed approval_denied", got.State, got.Reason)
 	}
 	// The page saw the decisions through and shows nothing pending.
 	waitJS(t, ctx, fmt.Sprintf(`document.querySelector(%q) === null && document.querySelector(%q) === null`, item(yes), item(no)), 15*time.Second)
+
+	// The operator sees bob's approval and may decide it.
+	useKey("key-op")
+	waitJS(t, ctx, fmt.Sprintf(`document.querySelector(%q) !== null`, item(bobs)), 20*time.Second)
+	screenshot(t, ctx, "dashboard-operator.png")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(item(bobs)+" button.approve"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := wait("key-bob", bobs); got.State != "succeeded" || got.Result == nil || strings.TrimSpace(got.Result.Content) != "42" {
+		t.Errorf("bob's job approved by the operator: %+v", got)
+	}
 	console.check(t)
 }
 
@@ -403,18 +475,28 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 
 // ---- /metrics -----------------------------------------------------------
 
-// scrape reads and parses sandboxd's /metrics.
-func scrape(t *testing.T, baseURL string) map[string]*dto.MetricFamily {
+// scrape reads and parses /metrics of sandboxd's metrics listener.
+func scrape(t *testing.T, s *server) map[string]*dto.MetricFamily {
 	t.Helper()
-	s := &server{t: t, URL: baseURL}
-	resp, body := s.do("GET", "/metrics", "", nil, nil)
+	return parseMetrics(t, "/metrics", s.getMetrics())
+}
+
+// scrapeDashboard reads and parses GET /v1/dashboard with key.
+func scrapeDashboard(t *testing.T, s *server, key string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, body := s.do("GET", "/v1/dashboard", key, nil, nil)
 	if resp.StatusCode != 200 {
-		t.Fatalf("/metrics: %d", resp.StatusCode)
+		t.Fatalf("/v1/dashboard: %d %s", resp.StatusCode, body)
 	}
+	return parseMetrics(t, "/v1/dashboard", body)
+}
+
+func parseMetrics(t *testing.T, what string, body []byte) map[string]*dto.MetricFamily {
+	t.Helper()
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
 	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
+		t.Fatalf("parse %s: %v", what, err)
 	}
 	return fams
 }

@@ -51,7 +51,7 @@ func BenchmarkDockerPython(b *testing.B) {
 	client := &http.Client{}
 	oneshot := func() error { return apiCall(client, s.URL, "python_repl", map[string]any{"code": "print(1)"}) }
 	b.Run("api-oneshot", func(b *testing.B) {
-		measurePaced(b, func() error { return waitPoolReady(s.URL, 2) }, oneshot)
+		measurePaced(b, func() error { return waitPoolReady(s.MetricsURL, 2) }, oneshot)
 	})
 	b.Run("api-oneshot-drained", func(b *testing.B) { measure(b, oneshot) })
 	b.Run("api-session", func(b *testing.B) {
@@ -64,7 +64,7 @@ func BenchmarkDockerPython(b *testing.B) {
 	})
 }
 
-// waitPoolReady waits until base's pool holds at least n ready sandboxes.
+// waitPoolReady waits until the pool (base: the metrics listener) holds at least n ready sandboxes.
 func waitPoolReady(base string, n int) error {
 	return waitMetric(base, "sandboxd_pool_ready{", func(v float64) bool { return v >= float64(n) })
 }
@@ -202,7 +202,7 @@ func BenchmarkRuntimes(b *testing.B) {
 			defer s.stop(syscall.SIGTERM)
 			client := &http.Client{}
 			b.Run("api-oneshot", func(b *testing.B) {
-				measurePaced(b, func() error { return waitPoolReady(s.URL, 2) },
+				measurePaced(b, func() error { return waitPoolReady(s.MetricsURL, 2) },
 					func() error { return apiCall(client, s.URL, "python_repl", map[string]any{"code": "print(1)"}) })
 			})
 			b.Run("api-session", func(b *testing.B) {
@@ -214,10 +214,10 @@ func BenchmarkRuntimes(b *testing.B) {
 				// Measure the steady state: the pool refilled after the
 				// one-shot calls and the session, and the used sandboxes
 				// gone (a runsc container takes ~0.4 s of CPU to create).
-				if err := waitMetric(s.URL, "sandboxd_sandboxes_alive ", func(v float64) bool { return v == 3 }); err != nil {
+				if err := waitMetric(s.MetricsURL, "sandboxd_sandboxes_alive ", func(v float64) bool { return v == 3 }); err != nil {
 					b.Fatal(err)
 				}
-				if err := waitPoolReady(s.URL, 2); err != nil {
+				if err := waitPoolReady(s.MetricsURL, 2); err != nil {
 					b.Fatal(err)
 				}
 				measure(b, func() error { return sessionCall(context.Background(), client, s.URL, id, "print(1)") })

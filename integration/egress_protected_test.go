@@ -68,13 +68,13 @@ tenants:
           - {host: "localhost", ports: [%[1]s]}
         allow_private_cidrs: [0.0.0.0/0, "::/0"]
 `, ps, okPort)
-			s := &server{t: t, DataDir: t.TempDir(), addr: addr, Config: filepath.Join(t.TempDir(), "sandboxd.yaml")}
+			s := &server{t: t, DataDir: dataDir(t), addr: addr, Config: filepath.Join(t.TempDir(), "sandboxd.yaml")}
 			if err := os.WriteFile(s.Config, []byte(config), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			s.start()
 			t.Cleanup(func() { s.stop(syscall.SIGTERM) })
-			_, before := s.do("GET", "/metrics", "", nil, nil)
+			before := s.getMetrics()
 			apiReqs := func(metrics []byte) int {
 				n := 0
 				for _, line := range strings.Split(string(metrics), "\n") {
@@ -142,7 +142,7 @@ for u in %s + ["http://127.0.0.1:%d/"]:
 			// Nothing of the above reached sandboxd's API: only this test's
 			// own calls are counted (one session, one python job, the
 			// http_request jobs).
-			_, after := s.do("GET", "/metrics", "", nil, nil)
+			after := s.getMetrics()
 			if got, want := apiReqs(after)-apiReqs(before), 2+len(urls)+1; got != want {
 				t.Errorf("sandboxd's API served %d requests, want %d (this test's own)", got, want)
 			}

@@ -142,7 +142,7 @@ except Exception as e:
 				t.Fatalf("denied requests reached a server (%d)", hits.Load()-before)
 			}
 
-			_, metrics := s.do("GET", "/metrics", "", nil, nil)
+			metrics := s.getMetrics()
 			for _, want := range []string{
 				`sandboxd_egress_requests_total{decision="allowed",tenant="acme"} 1`,
 				`sandboxd_egress_requests_total{decision="denied",tenant="acme"} 1`,

@@ -132,13 +132,13 @@ func TestGuardThroughAPI(t *testing.T) {
 	}
 
 	// The decisions are metrics (the guard's own counters, exported).
-	_, metrics := s.do("GET", "/metrics", "", nil, nil)
+	metrics := s.getMetrics()
 	for _, want := range []string{
 		`sandboxd_guard_decisions_total{outcome="deny",rule="rules[0]",tenant="acme"} 1`,
 		`sandboxd_guard_decisions_total{outcome="confirm",rule="rules[1]",tenant="acme"} 1`,
 		`sandboxd_guard_budget_remaining{effect="exec",rule="budgets[0]",scope="tenant",tenant="acme"} 0`,
 		`sandboxd_approvals_pending{tenant="acme"} 0`,
-		`sandboxd_jobs_total{outcome="refused",runner="local",tool="python_repl"} 1`,
+		`sandboxd_jobs_total{outcome="refused",runner="local",tenant="acme",tool="python_repl"} 1`,
 	} {
 		if !bytes.Contains(metrics, []byte(want)) {
 			t.Errorf("/metrics lacks %s", want)
@@ -167,7 +167,7 @@ func TestGuardBadPolicy(t *testing.T) {
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(binPath, "serve", "--config", cfg, "--addr", freeAddr(t), "--data-dir", t.TempDir())
+		cmd := exec.Command(binPath, "serve", "--config", cfg, "--addr", freeAddr(t), "--metrics-addr", freeAddr(t), "--data-dir", t.TempDir())
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			t.Fatalf("policy %q: sandboxd started", tc.policy)

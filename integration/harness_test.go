@@ -19,14 +19,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/sandboxd/sandboxd/runner/local"
 )
 
-var binPath, agentPath string
+var binPath, agentPath, launcherPath string
 
 func TestMain(m *testing.M) {
-	local.MaybeHelper()
 	if os.Geteuid() != 0 {
 		fmt.Println("integration tests need root (namespaces, cgroups)")
 		os.Exit(0)
@@ -37,7 +34,8 @@ func TestMain(m *testing.M) {
 	}
 	binPath = filepath.Join(dir, "sandboxd")
 	agentPath = filepath.Join(dir, "sandbox-agent")
-	for _, b := range []struct{ out, pkg string }{{binPath, "../cmd/sandboxd"}, {agentPath, "../cmd/sandbox-agent"}} {
+	launcherPath = filepath.Join(dir, "sandbox-launch") // found next to sandboxd, like the agent
+	for _, b := range []struct{ out, pkg string }{{binPath, "../cmd/sandboxd"}, {agentPath, "../cmd/sandbox-agent"}, {launcherPath, "../cmd/sandbox-launch"}} {
 		build := exec.Command("go", "build", "-o", b.out, b.pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stdout, build.Stderr = os.Stdout, os.Stderr
@@ -53,14 +51,18 @@ func TestMain(m *testing.M) {
 
 // server is one running sandboxd process.
 type server struct {
-	t       testing.TB
-	URL     string
-	DataDir string
-	Args    []string // more serve flags
-	Config  string
-	cmd     *exec.Cmd
-	log     *bytes.Buffer
-	addr    string
+	t   testing.TB
+	URL string
+	// MetricsURL is the metrics listener's (metrics_addr): /metrics is
+	// served there, not by the API.
+	MetricsURL string
+	DataDir    string
+	Args       []string // more serve flags
+	Config     string
+	cmd        *exec.Cmd
+	log        *bytes.Buffer
+	addr       string
+	metrics    string
 }
 
 func freeAddr(t testing.TB) string {
@@ -73,6 +75,19 @@ func freeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// dataDir is a fresh data dir, removed at the end of the test. Not
+// t.TempDir: a long test name makes the container runners' socket paths
+// under it exceed the kernel's 108 bytes, which sandboxd refuses.
+func dataDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sbd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // startServer starts sandboxd with the given YAML config (may be empty).
 func startServer(t testing.TB, config string) *server {
 	t.Helper()
@@ -82,7 +97,7 @@ func startServer(t testing.TB, config string) *server {
 // startServerArgs is startServer with more serve flags.
 func startServerArgs(t testing.TB, config string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, DataDir: t.TempDir(), addr: freeAddr(t), Args: args}
+	s := &server{t: t, DataDir: dataDir(t), addr: freeAddr(t), metrics: freeAddr(t), Args: args}
 	if config != "" {
 		s.Config = filepath.Join(t.TempDir(), "sandboxd.yaml")
 		if err := os.WriteFile(s.Config, []byte(config), 0o600); err != nil {
@@ -96,7 +111,10 @@ func startServerArgs(t testing.TB, config string, args ...string) *server {
 
 func (s *server) start() {
 	s.t.Helper()
-	args := []string{"serve", "--addr", s.addr, "--data-dir", s.DataDir}
+	if s.metrics == "" {
+		s.metrics = freeAddr(s.t)
+	}
+	args := []string{"serve", "--addr", s.addr, "--metrics-addr", s.metrics, "--data-dir", s.DataDir}
 	if s.Config != "" {
 		args = append(args, "--config", s.Config)
 	}
@@ -109,6 +127,7 @@ func (s *server) start() {
 		s.t.Fatal(err)
 	}
 	s.URL = "http://" + s.addr
+	s.MetricsURL = "http://" + s.metrics
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		resp, err := http.Get(s.URL + "/healthz")
@@ -142,6 +161,21 @@ func (s *server) stop(sig syscall.Signal) {
 		s.t.Logf("sandboxd log:\n%s", s.log.String())
 	}
 	s.cmd = nil
+}
+
+// getMetrics reads /metrics from the metrics listener.
+func (s *server) getMetrics() []byte {
+	s.t.Helper()
+	resp, err := http.Get(s.MetricsURL + "/metrics")
+	if err != nil {
+		s.t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		s.t.Fatalf("GET /metrics: %d %s", resp.StatusCode, body)
+	}
+	return body
 }
 
 // do sends a JSON request and decodes a JSON response into out (if non-nil).

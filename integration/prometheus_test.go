@@ -21,7 +21,7 @@ import (
 )
 
 // TestPrometheusScrapesSandboxd starts a real Prometheus scraping a real
-// sandboxd every second, runs jobs, and waits until PromQL sees them. Then
+// sandboxd's metrics listener (metrics_addr) every second, runs jobs, and waits until PromQL sees them. Then
 // it evaluates every query of the Grafana dashboard in deploy/ against that
 // Prometheus: none may fail.
 func TestPrometheusScrapesSandboxd(t *testing.T) {
@@ -33,7 +33,7 @@ tenants:
   - name: bob
     api_keys: [key-bob]
 `)
-	prom := startPrometheus(t, promBin, strings.TrimPrefix(s.URL, "http://"))
+	prom := startPrometheus(t, promBin, strings.TrimPrefix(s.MetricsURL, "http://"))
 
 	const calcs = 5
 	for i := range calcs {
@@ -41,10 +41,14 @@ tenants:
 	}
 	s.run("key-bob", "bash", map[string]any{"command": "echo hi"})
 
-	fams := scrape(t, s.URL)
+	fams := scrape(t, s)
 	effects, ok := metricSum(fams, "sandboxd_effects_spent_total", map[string]string{"tenant": "bob"})
 	if !ok || effects < 1 {
 		t.Fatalf("/metrics: bob spent %v effects (present %v), want at least 1", effects, ok)
+	}
+	// Prometheus scrapes the metrics listener; the API has no /metrics.
+	if resp, _ := s.do("GET", "/metrics", "", nil, nil); resp.StatusCode != 404 {
+		t.Errorf("GET /metrics on the API: %d, want 404", resp.StatusCode)
 	}
 	prom.waitValue(t, `sum(sandboxd_jobs_total{tool="calculator",outcome="ok"})`, calcs)
 	prom.waitValue(t, `sum by (tenant) (sandboxd_effects_spent_total{tenant="bob"})`, effects)

@@ -75,7 +75,7 @@ tenants:
 			if len(list.Sessions) != 0 {
 				t.Fatalf("refused images left sessions: %+v", list.Sessions)
 			}
-			if _, m := s.do("GET", "/metrics", "", nil, nil); strings.Contains(string(m), `sandboxd_sessions_closed_total{reason="create_failed"}`) {
+			if m := s.getMetrics(); strings.Contains(string(m), `sandboxd_sessions_closed_total{reason="create_failed"}`) {
 				t.Errorf("the runner was asked for refused sessions")
 			}
 

@@ -58,7 +58,7 @@ func (s *server) runIn(session, tool string, args any) jobView {
 // metric reads one unlabelled sample from /metrics.
 func (s *server) metric(name string) float64 {
 	s.t.Helper()
-	_, data := s.do("GET", "/metrics", "", nil, nil)
+	data := s.getMetrics()
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(?:\{[^}]*\})? (\S+)$`).FindSubmatch(data)
 	if m == nil {
 		s.t.Fatalf("metric %s not found", name)
@@ -83,7 +83,7 @@ func TestSessionEndToEnd(t *testing.T) {
 	if j := s.runIn(sess.ID, "read_file", map[string]any{"path": "note.txt"}); j.State != "succeeded" || !strings.Contains(j.Result.Content, "persisted") {
 		t.Fatalf("read_file: %+v", j.Result)
 	}
-	// python_repl on the local runner has no agent: state persists in files.
+	// python_repl (the session's interpreter) reads the file bash wrote.
 	if j := s.runIn(sess.ID, "python_repl", map[string]any{"code": "open('note.txt').read().strip()"}); !strings.Contains(j.Result.Content, "persisted") {
 		t.Fatalf("python_repl: %+v", j.Result)
 	}

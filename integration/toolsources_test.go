@@ -262,7 +262,7 @@ func TestProviderLifecycle(t *testing.T) {
 		}
 		waitProviderReady(t, s, "mcp")
 	}
-	if err := waitMetric(s.URL, `sandboxd_provider_restarts_total{provider="mcp"}`, func(v float64) bool { return v == 2 }); err != nil {
+	if err := waitMetric(s.MetricsURL, `sandboxd_provider_restarts_total{provider="mcp"}`, func(v float64) bool { return v == 2 }); err != nil {
 		t.Error(err)
 	}
 	_, who2, _ := s.postTurn("", "", `[`+chatCall("w2", "mcp__whoami", `{}`)+`]`)
@@ -279,10 +279,7 @@ func TestProviderLifecycle(t *testing.T) {
 	}
 }
 
-func (s *server) metricsBody() []byte {
-	_, data := s.do("GET", "/metrics", "", nil, nil)
-	return data
-}
+func (s *server) metricsBody() []byte { return s.getMetrics() }
 
 // A stdio provider with the http effect reaches the network only through
 // the egress proxy, under its own allowlist: an allowed server answers, a
@@ -379,7 +376,7 @@ providers:
 				t.Fatal("the provider's process is not visible on the host")
 			}
 			syscall.Kill(pid, syscall.SIGKILL)
-			if err := waitMetric(s.URL, `sandboxd_provider_restarts_total{provider="mcp"}`, func(v float64) bool { return v >= 1 }); err != nil {
+			if err := waitMetric(s.MetricsURL, `sandboxd_provider_restarts_total{provider="mcp"}`, func(v float64) bool { return v >= 1 }); err != nil {
 				t.Fatal(err)
 			}
 			waitProviderReady(t, s, "mcp")

@@ -49,7 +49,7 @@ func BenchmarkTurnBatch(b *testing.B) {
 			client := &http.Client{}
 			ready := func() {
 				if rn.pool > 0 {
-					if err := waitPoolReady(s.URL, rn.pool); err != nil {
+					if err := waitPoolReady(s.MetricsURL, rn.pool); err != nil {
 						b.Fatal(err)
 					}
 				}

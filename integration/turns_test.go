@@ -52,7 +52,7 @@ providers:
 
 func waitProviderReady(t *testing.T, s *server, name string) {
 	t.Helper()
-	if err := waitMetric(s.URL, `sandboxd_provider_up{provider="`+name+`"}`, func(v float64) bool { return v == 1 }); err != nil {
+	if err := waitMetric(s.MetricsURL, `sandboxd_provider_up{provider="`+name+`"}`, func(v float64) bool { return v == 1 }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -397,7 +397,7 @@ idempotent: true
 		_, tv, _ := s.postTurn("", "", `[`+chatCall("f1", "python_repl", `{"code":"print('made it')"}`)+`]`)
 		done <- tv
 	}()
-	if err := waitMetric(s.URL, `sandboxd_job_infrastructure_failures_total{action="retried",tool="python_repl"}`, func(v float64) bool { return v >= 1 }); err != nil {
+	if err := waitMetric(s.MetricsURL, `sandboxd_job_infrastructure_failures_total{action="retried",tool="python_repl"}`, func(v float64) bool { return v >= 1 }); err != nil {
 		t.Fatal(err)
 	}
 	exec.Command("chattr", "-i", ws).Run()

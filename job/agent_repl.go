@@ -9,9 +9,9 @@ import (
 )
 
 // agentREPL adapts a sandbox with the in-sandbox agent
-// (runner.AgentSandbox: container backends) to replSandbox. The local
-// runner has no agent, so a session there runs python_repl as the
-// stateless command.
+// (runner.AgentSandbox: every backend but the fake) to replSandbox; a
+// sandbox without one runs a session's python_repl as the stateless
+// command.
 func agentREPL(sb runner.Sandbox) (replSandbox, bool) {
 	as, ok := sb.(runner.AgentSandbox)
 	if !ok || as.Agent() == nil {

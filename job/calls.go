@@ -7,7 +7,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/policy"
+	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -34,7 +36,11 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	if !tool.Runnable() {
 		return nil, false, fmt.Errorf("%w: tool %q is a declaration only and cannot run", ErrInvalid, tool.Name)
 	}
-	limits, err := s.cfg.effectiveLimits(toolDefaults(req.Limits, tool.Limits, s.cfg.Ceilings))
+	reqLimits, err := s.withToolTimeout(req.Limits, tool, args)
+	if err != nil {
+		return nil, false, err
+	}
+	limits, err := s.cfg.effectiveLimits(toolDefaults(reqLimits, tool.Limits, s.cfg.Limits.Ceilings))
 	if err != nil {
 		return nil, false, err
 	}
@@ -68,7 +74,7 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	}
 	now := time.Now().UTC()
 	j := &Job{
-		ID: newID(now), Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
+		ID: ids.At("job_", now), Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
 		IdempotencyKey: key, Runner: runnerName, Limits: limits, SessionID: req.SessionID,
 		State: StateQueued, CreatedAt: now,
 	}
@@ -159,7 +165,7 @@ func (s *Service) Cancel(ctx context.Context, tenant, id string) (*Job, error) {
 		if err := s.st.Update(ctx, j); err != nil {
 			return nil, fmt.Errorf("cancel job %s: %w", id, err)
 		}
-		s.m.jobs.WithLabelValues(j.Tool, j.Runner, OutcomeCancelled).Inc()
+		s.m.jobs.WithLabelValues(j.Tenant, j.Tool, j.Runner, OutcomeCancelled).Inc()
 		return j, nil
 	}
 	e.mu.Lock()
@@ -257,6 +263,28 @@ func (s *Service) QueueRetryAfter() int {
 	if avg <= 0 {
 		avg = time.Second
 	}
-	est := float64(len(s.slots)+1) / float64(s.cfg.Workers) * avg.Seconds()
+	est := float64(len(s.slots)+1) / float64(s.cfg.Queue.Workers) * avg.Seconds()
 	return int(min(max(math.Ceil(est), 1), 600))
+}
+
+// withToolTimeout adds the time limit a sandboxed tool's own arguments ask
+// for (timeout_seconds: tools.Command.Timeout) to the request's limits: it
+// is a request for limits.timeout like any other, held to the same
+// ceiling, the smaller one winning when both are given.
+func (s *Service) withToolTimeout(l runner.Limits, tool *tools.Tool, args map[string]any) (runner.Limits, error) {
+	if tool.Command == nil {
+		return l, nil
+	}
+	cmd, err := tool.Command(args)
+	if err != nil || cmd.Timeout <= 0 { // a refused call fails when it runs, with the tool's reason
+		return l, nil
+	}
+	if ceil := s.cfg.Limits.Ceilings.Timeout; ceil > 0 && cmd.Timeout > ceil {
+		return l, fmt.Errorf("%w: timeout_seconds %g exceeds the ceiling %g (limits.ceilings.timeout %s)",
+			ErrInvalid, cmd.Timeout.Seconds(), ceil.Seconds(), ceil)
+	}
+	if l.Timeout == 0 || cmd.Timeout < l.Timeout {
+		l.Timeout = cmd.Timeout
+	}
+	return l, nil
 }

@@ -1,7 +1,6 @@
 package job
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/sandboxd/sandboxd/internal/netclass"
@@ -9,10 +8,6 @@ import (
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
-
-// errNoEgress: a tool needs the http effect but the service has no egress
-// proxy (Config.Egress).
-var errNoEgress = errors.New("the tool needs the http effect but no egress proxy is configured")
 
 // proxyEnv points HTTP clients inside an egress sandbox at its proxy.
 var proxyEnv = []string{
@@ -22,12 +17,13 @@ var proxyEnv = []string{
 	"https_proxy=http://" + runner.EgressProxyAddr,
 }
 
-// specFor compiles effects into a sandbox spec (policy.Compile: the effect
-// → isolation table). record receives the egress decisions of a sandbox
-// with the http effect.
+// specFor compiles effects into a sandbox spec: policy.Compile (the effect
+// → isolation table) decides all of its isolation, which the runner
+// applies as given. record receives the egress decisions of a sandbox with
+// the http effect.
 func (s *Service) specFor(id, tenant, session string, effects []tools.Effect, record func(EgressRecord)) (runner.SandboxSpec, error) {
-	iso := policy.Compile(effects)
-	spec := runner.SandboxSpec{ID: id, WorkspaceMode: iso.Workspace, Network: iso.Network}
+	iso := policy.Compile(effects).Spec
+	spec := runner.SandboxSpec{ID: id, Isolation: iso}
 	if iso.Network == runner.NetworkEgress {
 		if s.cfg.Egress == nil {
 			return spec, errNoEgress

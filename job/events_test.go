@@ -109,7 +109,7 @@ func TestSubscribeContextEnds(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, notStarted, func(c *job.Config, _ *harness) { c.QueueSize = 3 })
+	h := newHarness(t, notStarted, func(c *job.Config, _ *harness) { c.Queue.Size = 3 })
 	ctx := t.Context()
 	ids := []string{
 		h.submit(t, "acme", call("echo", `{"text":"a"}`)).ID,
@@ -139,6 +139,10 @@ sandboxd_queue_rejected_total 1
 		}
 		h.wait(t, tenant, id)
 	}
+	// A job's result does not wait for its sandbox to be destroyed.
+	eventually(t, "the sandboxes destroyed", func() bool {
+		return testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_sandboxes_alive")) == 0
+	})
 	if err := testutil.GatherAndCompare(h.prom, strings.NewReader(`
 # HELP sandboxd_effects_spent_total Effects spent by tool calls that ran, by tenant, tool and effect.
 # TYPE sandboxd_effects_spent_total counter
@@ -149,11 +153,11 @@ sandboxd_effects_spent_total{effect="http",tenant="acme",tool="sh"} 1
 # HELP sandboxd_jobs_in_flight Jobs currently running.
 # TYPE sandboxd_jobs_in_flight gauge
 sandboxd_jobs_in_flight 0
-# HELP sandboxd_jobs_total Jobs that reached a terminal state, by tool, runner and outcome (ok, tool_error, timeout, cancelled, error, lost).
+# HELP sandboxd_jobs_total Jobs that reached a terminal state, by tenant, tool, runner and outcome (ok, tool_error, timeout, cancelled, error, lost, refused).
 # TYPE sandboxd_jobs_total counter
-sandboxd_jobs_total{outcome="ok",runner="fake",tool="echo"} 1
-sandboxd_jobs_total{outcome="ok",runner="inprocess",tool="add"} 1
-sandboxd_jobs_total{outcome="tool_error",runner="fake",tool="sh"} 1
+sandboxd_jobs_total{outcome="ok",runner="fake",tenant="acme",tool="echo"} 1
+sandboxd_jobs_total{outcome="ok",runner="inprocess",tenant="globex",tool="add"} 1
+sandboxd_jobs_total{outcome="tool_error",runner="fake",tenant="acme",tool="sh"} 1
 # HELP sandboxd_queue_depth Jobs accepted and waiting for a worker.
 # TYPE sandboxd_queue_depth gauge
 sandboxd_queue_depth 0
@@ -214,7 +218,7 @@ func metricValues(t *testing.T, g prometheus.Gatherer, name string, want map[str
 // included, are replayed from the store.
 func TestSubscribeRetired(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *job.Config, _ *harness) { c.QueueSize = 200 })
+	h := newHarness(t, func(c *job.Config, _ *harness) { c.Queue.Size = 200 })
 	first := h.submit(t, "acme", call("echo", `{"text":"old"}`))
 	h.wait(t, "acme", first.ID)
 	for range 100 {

@@ -302,11 +302,7 @@ func (s *Service) workspace(id string) (string, func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", nil, fmt.Errorf("create workspace: %w", err)
 	}
-	return dir, func() {
-		if err := os.RemoveAll(dir); err != nil {
-			s.log.Error("remove workspace", "dir", dir, "err", err)
-		}
-	}, nil
+	return dir, func() { s.removeWorkspace(dir) }, nil
 }
 
 // storeUpdate records a transition on a detached context; a failure is

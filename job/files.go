@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/ids"
 )
 
 // Workspace file transfer. Everything runs on the host inside the
@@ -77,10 +79,10 @@ func (s *Service) openWorkspace(ctx context.Context, tenant, id string) (*liveSe
 
 // chown gives a file to the sandbox user when the daemon can (root).
 func (s *Service) chown(root *os.Root, name string) {
-	if os.Geteuid() != 0 || s.cfg.Sessions.FileUID < 0 {
+	if os.Geteuid() != 0 || s.cfg.FileUID < 0 {
 		return
 	}
-	if err := root.Lchown(name, s.cfg.Sessions.FileUID, s.cfg.Sessions.FileGID); err != nil {
+	if err := root.Lchown(name, s.cfg.FileUID, s.cfg.FileGID); err != nil {
 		s.log.Warn("chown uploaded file", "name", name, "err", err)
 	}
 }
@@ -124,7 +126,7 @@ func (s *Service) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 	if err := s.mkdirAll(root, path.Dir(name)); err != nil {
 		return FileInfo{}, err
 	}
-	tmp := path.Join(path.Dir(name), ".sandboxd-upload-"+newPrefixedID("", time.Now()))
+	tmp := path.Join(path.Dir(name), ".sandboxd-upload-"+ids.New(""))
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return FileInfo{}, fmt.Errorf("write %s: %w", name, err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 )
 
@@ -35,7 +36,7 @@ func tarOf(t *testing.T, files map[string]string, extra ...tar.Header) []byte {
 
 func TestSessionArchive(t *testing.T) {
 	t.Parallel()
-	h := newSessHarness(t, nil, job.Config{Sessions: job.SessionConfig{MaxFileBytes: 10}})
+	h := newSessHarness(t, nil, job.Config{Sessions: config.Sessions{MaxFileBytes: 10}})
 	ctx := t.Context()
 	s, err := h.svc.CreateSession(ctx, "acme", job.SessionRequest{})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -100,7 +101,7 @@ func (s *Service) submitRefused(ctx context.Context, j *Job, d policy.Decision) 
 func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, args map[string]any, d policy.Decision, req SubmitRequest) (*Job, bool, error) {
 	j.State = StatePendingApproval
 	a := &Approval{
-		ID: newPrefixedID("apr_", j.CreatedAt), Tenant: j.Tenant, JobID: j.ID, SessionID: j.SessionID,
+		ID: ids.At("apr_", j.CreatedAt), Tenant: j.Tenant, JobID: j.ID, SessionID: j.SessionID,
 		Tool: j.Tool, Arguments: j.Args, Effects: slices.Clone(tool.Effects),
 		Rule: d.Rule, Reason: d.Reason, State: ApprovalPending,
 		CreatedAt: j.CreatedAt, ExpiresAt: j.CreatedAt.Add(s.approvalTimeout(j.Tenant)),
@@ -152,13 +153,18 @@ func (s *Service) approvalTimeout(tenant string) time.Duration {
 	return s.cfg.Policies[tenant].Approvals.TimeoutOrDefault()
 }
 
+// AllTenants, as the tenant of GetApproval, ListApprovals and
+// DecideApproval, is every tenant: the operator's view. No tenant can be
+// named so (the configuration refuses '*' in tenant names).
+const AllTenants = "*"
+
 // GetApproval returns a tenant's approval; another tenant's is ErrNotFound.
 func (s *Service) GetApproval(ctx context.Context, tenant, id string) (*Approval, error) {
 	a, err := s.st.GetApproval(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if a.Tenant != tenant {
+	if a.Tenant != tenant && tenant != AllTenants {
 		return nil, fmt.Errorf("get approval %s: %w", id, ErrNotFound)
 	}
 	return a, nil

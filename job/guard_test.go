@@ -284,3 +284,38 @@ budgets:
 		h.close(t)
 	}
 }
+
+// The operator (job.AllTenants) lists every tenant's approvals and decides
+// any of them; a tenant still sees only its own.
+func TestApprovalOperatorAllTenants(t *testing.T) {
+	const confirm = "rules: [{tool: add, action: confirm}]"
+	h := newHarness(t, withPolicy(t, "acme", confirm), withPolicy(t, "globex", confirm))
+	ja := h.submit(t, "acme", call("add", `{"a":1,"b":1}`))
+	jg := h.submit(t, "globex", call("add", `{"a":2,"b":2}`))
+	all, _, err := h.svc.ListApprovals(t.Context(), job.AllTenants, job.ApprovalFilter{State: job.ApprovalPending})
+	if err != nil || len(all) != 2 {
+		t.Fatalf("operator's pending approvals %+v, %v", all, err)
+	}
+	own, _, err := h.svc.ListApprovals(t.Context(), "acme", job.ApprovalFilter{})
+	if err != nil || len(own) != 1 || own[0].JobID != ja.ID {
+		t.Fatalf("acme's approvals %+v, %v", own, err)
+	}
+	var globexApproval string
+	for _, a := range all {
+		if a.JobID == jg.ID {
+			globexApproval = a.ID
+		}
+	}
+	if _, err := h.svc.DecideApproval(t.Context(), "acme", globexApproval, job.ApprovalDecision{Approve: true}); !errors.Is(err, job.ErrNotFound) {
+		t.Fatalf("acme deciding globex's approval: %v, want ErrNotFound", err)
+	}
+	if a, err := h.svc.GetApproval(t.Context(), job.AllTenants, globexApproval); err != nil || a.Tenant != "globex" {
+		t.Fatalf("operator get: %+v %v", a, err)
+	}
+	if a, err := h.svc.DecideApproval(t.Context(), job.AllTenants, globexApproval, job.ApprovalDecision{Approve: true}); err != nil || a.State != job.ApprovalApproved {
+		t.Fatalf("operator approve: %+v %v", a, err)
+	}
+	if done := h.wait(t, "globex", jg.ID); done.State != job.StateSucceeded || done.Result.Content != "4" {
+		t.Fatalf("approved by the operator: %s/%s %+v", done.State, done.Reason, done.Result)
+	}
+}

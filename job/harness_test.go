@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/store"
 	"github.com/sandboxd/sandboxd/tools"
@@ -140,7 +141,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	h := &harness{r: &fakeRunner{}, prom: prometheus.NewRegistry(), gate: make(chan struct{}), dir: dir, start: true}
-	cfg := job.Config{Workers: 4, QueueSize: 64, WorkDir: filepath.Join(dir, "work"), Metrics: job.NewMetrics(h.prom),
+	cfg := job.Config{Queue: config.Queue{Workers: 4, Size: 64}, WorkDir: filepath.Join(dir, "work"), Metrics: job.NewMetrics(h.prom),
 		Egress: &nopEgress{}}
 	for _, o := range opts {
 		o(&cfg, h)

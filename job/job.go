@@ -5,7 +5,6 @@ package job
 
 import (
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/sandboxd/sandboxd/policy"
@@ -71,8 +70,10 @@ type SubmitRequest struct {
 	// object (tools.ParseCall repairs and validates it).
 	Call           tools.Call
 	IdempotencyKey string
-	// Limits may only lower the operator's ceilings; a value above a
-	// ceiling is an error (ErrInvalid).
+	// Limits may ask for any value up to the operator's ceilings (zero
+	// fields take the defaults); a value above a ceiling is an error
+	// (ErrInvalid) naming it. A tool's own timeout argument asks for
+	// Limits.Timeout the same way.
 	Limits runner.Limits
 	// SessionID, when set, runs the call in that session's sandbox.
 	SessionID string
@@ -90,7 +91,7 @@ type SubmitRequest struct {
 	// calls together, in its own order).
 	Hold bool
 	// Retry lets the service run the call again after an infrastructure
-	// failure, up to Config.Retries times with exponential backoff, when
+	// failure, up to Config.Turns.Retries times with exponential backoff, when
 	// that is safe: the call provably never started, or its tool is
 	// RetrySafe. Each attempt is counted in Job.Attempts.
 	Retry bool
@@ -129,12 +130,3 @@ type Event struct {
 	// Job is the job snapshot for queued/started/finished events.
 	Job *Job `json:"job,omitempty"`
 }
-
-// Errors the API maps to HTTP status codes in one switch.
-var (
-	ErrNotFound  = errors.New("job not found")
-	ErrQueueFull = errors.New("job queue full")
-	ErrInvalid   = errors.New("invalid request")
-	ErrConflict  = errors.New("conflict")
-	ErrShutdown  = errors.New("service shutting down")
-)

@@ -32,7 +32,7 @@ type Metrics struct {
 	queueRejected  prometheus.Counter
 	sandboxesAlive prometheus.Gauge
 	inFlight       prometheus.Gauge
-	sessionsActive prometheus.Gauge
+	sessionsActive *prometheus.GaugeVec
 	sessionsClosed *prometheus.CounterVec
 	poolReady      *prometheus.GaugeVec
 	poolHits       prometheus.Counter
@@ -53,16 +53,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_jobs_total",
-			Help: "Jobs that reached a terminal state, by tool, runner and outcome (ok, tool_error, timeout, cancelled, error, lost).",
-		}, []string{"tool", "runner", "outcome"}),
+			Help: "Jobs that reached a terminal state, by tenant, tool, runner and outcome (ok, tool_error, timeout, cancelled, error, lost, refused).",
+		}, []string{"tenant", "tool", "runner", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sandboxd_job_duration_seconds",
-			Help: "Wall time of jobs from start to finish, by tool and runner.",
+			Help: "Wall time of jobs from start to finish, by tenant, tool and runner.",
 			Buckets: []float64{
 				0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 				0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
 			},
-		}, []string{"tool", "runner"}),
+		}, []string{"tenant", "tool", "runner"}),
 		effects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_effects_spent_total",
 			Help: "Effects spent by tool calls that ran, by tenant, tool and effect.",
@@ -83,10 +83,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sandboxd_jobs_in_flight",
 			Help: "Jobs currently running.",
 		}),
-		sessionsActive: prometheus.NewGauge(prometheus.GaugeOpts{
+		sessionsActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sandboxd_sessions_active",
-			Help: "Sessions being created or active.",
-		}),
+			Help: "Sessions being created or active, by tenant.",
+		}, []string{"tenant"}),
 		sessionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_sessions_closed_total",
 			Help: "Sessions closed, by reason (deleted, expired, idle, lost, shutdown, create_failed).",

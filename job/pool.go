@@ -5,8 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
@@ -14,16 +14,16 @@ import (
 
 // poolKey is the isolation profile a pooled sandbox was created for. Only
 // a job whose spec has the same key may take it. The runner is implicit (a
-// Service has one).
+// Service has one). iso is policy.Compile's shared value: equal pointers,
+// equal isolation.
 type poolKey struct {
-	image   string
-	mode    runner.WorkspaceMode
-	network runner.NetworkMode
-	limits  runner.Limits
+	image  string
+	iso    *runner.Isolation
+	limits runner.Limits
 }
 
 func keyOf(spec runner.SandboxSpec) poolKey {
-	return poolKey{image: spec.Image, mode: spec.WorkspaceMode, network: spec.Network, limits: spec.Limits}
+	return poolKey{image: spec.Image, iso: spec.Isolation, limits: spec.Limits}
 }
 
 // imageLabel is the pool_ready label: the image only, to keep cardinality
@@ -65,7 +65,7 @@ type pool struct {
 func newPool(s *Service) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &pool{
-		s: s, size: s.cfg.Pool.Size,
+		s: s, size: s.cfg.Pool.Ready(),
 		keys: map[poolKey]bool{}, ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
 		ctx: ctx, cancel: cancel,
 	}
@@ -89,7 +89,7 @@ func (p *pool) start() {
 		if t.Command == nil || t.HasEffect(tools.EffectHTTP) {
 			continue
 		}
-		k := poolKey{mode: policy.Compile(t.Effects).Workspace, network: runner.NetworkNone, limits: limits}
+		k := poolKey{iso: policy.Compile(t.Effects).Spec, limits: limits}
 		if !p.keys[k] {
 			p.keys[k] = true
 			keys = append(keys, k)
@@ -164,13 +164,13 @@ func (p *pool) refill(k poolKey) {
 
 func (p *pool) create(k poolKey) {
 	s := p.s
-	id := newPrefixedID("pool_", time.Now())
-	dir := filepath.Join(s.cfg.WorkDir, "pool", id)
+	sbxID := ids.New("pool_")
+	dir := filepath.Join(s.cfg.WorkDir, "pool", sbxID)
 	var sb runner.Sandbox
 	err := os.MkdirAll(dir, 0o755)
 	if err == nil {
 		sb, err = s.r.Create(p.ctx, runner.SandboxSpec{
-			ID: id, Image: k.image, Workspace: dir, WorkspaceMode: k.mode, Network: k.network,
+			ID: sbxID, Image: k.image, Workspace: dir, Isolation: k.iso,
 			Limits: k.limits, Labels: map[string]string{"pool": k.imageLabel()},
 		})
 	}
@@ -179,7 +179,7 @@ func (p *pool) create(k poolKey) {
 	if err != nil {
 		p.mu.Unlock()
 		s.alive.Add(-1)
-		_ = os.RemoveAll(dir)
+		s.removeWorkspace(dir)
 		if p.ctx.Err() == nil {
 			s.log.Warn("pool: create sandbox", "err", err)
 		}
@@ -204,9 +204,7 @@ func (p *pool) destroy(ps pooledSandbox) {
 		p.s.log.Error("pool: close sandbox", "sandbox", ps.sb.ID(), "err", err)
 	}
 	p.s.sandboxClosed()
-	if err := os.RemoveAll(ps.dir); err != nil {
-		p.s.log.Error("pool: remove workspace", "dir", ps.dir, "err", err)
-	}
+	p.s.removeWorkspace(ps.dir)
 }
 
 // evictOne destroys one ready sandbox to make room under the cap.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner"
 )
@@ -25,7 +26,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestPoolHitRefillNeverReused(t *testing.T) {
 	t.Parallel()
-	h := newSessHarness(t, nil, job.Config{Pool: job.PoolConfig{Size: 2}})
+	h := newSessHarness(t, nil, job.Config{Pool: config.Pool{Size: ptr(2)}})
 	// One key: sh and python_repl share the default profile.
 	eventually(t, "pre-warm", func() bool {
 		return testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")) == 2
@@ -84,7 +85,7 @@ func TestPoolHitRefillNeverReused(t *testing.T) {
 
 func TestPoolRespectsCap(t *testing.T) {
 	t.Parallel()
-	h := newSessHarness(t, nil, job.Config{Pool: job.PoolConfig{Size: 3, MaxSandboxes: 2}})
+	h := newSessHarness(t, nil, job.Config{Pool: config.Pool{Size: ptr(3), MaxSandboxes: 2}})
 	eventually(t, "pre-warm", func() bool { return h.fr.Created() == 2 })
 	time.Sleep(50 * time.Millisecond)
 	if h.fr.Created() != 2 {
@@ -108,7 +109,7 @@ func TestPoolRespectsCap(t *testing.T) {
 
 func TestPoolMissAndRefillAfterCap(t *testing.T) {
 	t.Parallel()
-	h := newSessHarness(t, nil, job.Config{Pool: job.PoolConfig{Size: 1, MaxSandboxes: 1}})
+	h := newSessHarness(t, nil, job.Config{Pool: config.Pool{Size: ptr(1), MaxSandboxes: 1}})
 	eventually(t, "pre-warm", func() bool { return h.fr.Created() == 1 })
 	// The session takes the only slot: the pooled sandbox is evicted.
 	s, err := h.svc.CreateSession(t.Context(), "acme", job.SessionRequest{})
@@ -145,3 +146,5 @@ func TestPoolMissAndRefillAfterCap(t *testing.T) {
 	}
 	eventually(t, "refill after the hit", func() bool { return h.fr.Created()-h.fr.Closed() == 1 })
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -4,41 +4,20 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sandboxd/sandboxd/config"
 )
 
-// RetentionConfig bounds what the store keeps of finished jobs. Zero
-// fields take the defaults; a negative MaxAge or MaxBytes disables that
-// bound.
-type RetentionConfig struct {
-	// MaxAge deletes terminal jobs (with their events and artifacts)
-	// finished longer ago. Default 7 days.
-	MaxAge time.Duration
-	// MaxBytes deletes the earliest finished jobs while the store's
-	// records take more (StoreSize.Bytes). Default 1 GiB.
-	MaxBytes int64
-	// Interval is the time between retention passes (the first runs at
-	// Start). Default 1m.
-	Interval time.Duration
-}
+// retainBatch is how many jobs one delete takes: one short write, so
+// jobs' own writes interleave with a long pass.
+const retainBatch = 8
 
-const (
-	defaultRetentionAge      = 7 * 24 * time.Hour
-	defaultRetentionBytes    = 1 << 30
-	defaultRetentionInterval = time.Minute
-	// retainBatch is how many jobs one delete takes: one short write, so
-	// jobs' own writes interleave with a long pass.
-	retainBatch = 8
-)
-
-func (c *RetentionConfig) withDefaults() error {
-	if c.MaxAge == 0 {
-		c.MaxAge = defaultRetentionAge
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = defaultRetentionBytes
-	}
+// retentionDefaults completes the retention section (config.Retention: its
+// defaults and docs live there): a zero Interval takes the default; a zero
+// or negative MaxAge or MaxBytes is no such bound.
+func retentionDefaults(c *config.Retention) error {
 	if c.Interval == 0 {
-		c.Interval = defaultRetentionInterval
+		c.Interval = config.Defaults().Retention.Interval
 	}
 	if c.Interval < 0 {
 		return fmt.Errorf("config: retention interval %s must be positive", c.Interval)

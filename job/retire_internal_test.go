@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -66,7 +67,7 @@ func TestFinishedJobsLeaveMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := &memStore{jobs: map[string]*Job{}}
-	s, err := New(Config{WorkDir: t.TempDir(), Retention: RetentionConfig{Interval: time.Hour}}, st, reg, nil)
+	s, err := New(Config{WorkDir: t.TempDir(), Retention: config.Retention{Interval: time.Hour}}, st, reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

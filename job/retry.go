@@ -12,7 +12,7 @@ import (
 // (non-zero exit, exception, refused arguments, timeout) is an answer and is
 // never retried. An infrastructure failure (no sandbox could be created,
 // the sandbox or the provider died, the runner failed) is retried with
-// exponential backoff, up to Config.Retries more attempts, when that cannot
+// exponential backoff, up to Config.Turns.Retries more attempts, when that cannot
 // perform anything twice:
 //
 //   - the attempt provably never started (nothing ran: the sandbox could
@@ -34,7 +34,7 @@ func (s *Service) executeWithRetries(ctx context.Context, e *entry, j *Job, star
 	if !e.retry {
 		return a
 	}
-	backoff := s.cfg.RetryBackoff
+	backoff := s.cfg.Turns.RetryBackoff
 	for n := 1; a.err != nil && ctx.Err() == nil; n++ {
 		safe := !a.ran || (e.tool != nil && e.tool.RetrySafe())
 		switch {
@@ -42,7 +42,7 @@ func (s *Service) executeWithRetries(ctx context.Context, e *entry, j *Job, star
 			s.m.retries.WithLabelValues(j.Tool, "not_retried").Inc()
 			a.err = fmt.Errorf("%w; not retried: the call may have started and %s", a.err, unsafeWhy(e))
 			return a
-		case n > s.cfg.Retries:
+		case n > s.cfg.Turns.Retries:
 			s.m.retries.WithLabelValues(j.Tool, "exhausted").Inc()
 			a.err = fmt.Errorf("%w (after %d attempts)", a.err, n)
 			return a

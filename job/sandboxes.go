@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -31,7 +32,7 @@ func (s *Service) RunCommand(ctx context.Context, cmd tools.Command, effects []t
 	if s.r == nil {
 		return tools.Result{}, errors.New("no runner configured")
 	}
-	id := newPrefixedID("cmd_", time.Now())
+	id := ids.At("cmd_", time.Now())
 	spec, err := s.specFor(id, "", "", effects, func(EgressRecord) {})
 	if err != nil {
 		return tools.Result{}, err
@@ -146,7 +147,7 @@ func (s *Service) Launch(ctx context.Context, spec LaunchSpec) (*LongProcess, er
 	if len(spec.Args) == 0 {
 		return nil, fmt.Errorf("%w: launch %s: no command", ErrInvalid, spec.Name)
 	}
-	id := newPrefixedID("lp_", time.Now())
+	id := ids.At("lp_", time.Now())
 	ss, err := s.specFor(id, spec.EgressScope, "", spec.Effects, func(r EgressRecord) {
 		s.log.Debug("launched process egress", "name", spec.Name, "host", r.Host, "allowed", r.Allowed, "reason", r.Reason)
 	})
@@ -165,8 +166,8 @@ func (s *Service) Launch(ctx context.Context, spec LaunchSpec) (*LongProcess, er
 		if err := os.MkdirAll(ss.Workspace, 0o755); err != nil {
 			return nil, fmt.Errorf("launch %s: workspace: %w", spec.Name, err)
 		}
-		if s.cfg.Sessions.FileUID >= 0 && os.Geteuid() == 0 {
-			_ = os.Chown(ss.Workspace, s.cfg.Sessions.FileUID, s.cfg.Sessions.FileGID)
+		if s.cfg.FileUID >= 0 && os.Geteuid() == 0 {
+			_ = os.Chown(ss.Workspace, s.cfg.FileUID, s.cfg.FileGID)
 		}
 	}
 	if !s.reserveSandbox(true) {

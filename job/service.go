@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,6 +86,9 @@ type Service struct {
 
 	approvals *approvalSet   // pending approvals of this process
 	hooks     sync.WaitGroup // approval webhook deliveries
+
+	// cleanup retries the workspace removals that failed (cleanup.go).
+	cleanup *cleanups
 }
 
 // entry is the in-memory side of a job that is queued, running or recently
@@ -136,8 +138,8 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
 		cfg: cfg, st: st, reg: reg, r: r, log: cfg.Logger, m: cfg.Metrics,
-		slots:     make(chan struct{}, cfg.QueueSize),
-		queue:     make(chan *entry, cfg.QueueSize),
+		slots:     make(chan struct{}, cfg.Queue.Size),
+		queue:     make(chan *entry, cfg.Queue.Size),
 		entries:   make(map[string]*entry),
 		runCtx:    ctx,
 		runCancel: cancel,
@@ -151,6 +153,12 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 	if cfg.Metrics.reg != nil {
 		if err := s.sm.register(cfg.Metrics.reg, st); err != nil {
 			return nil, fmt.Errorf("job.New: register store metrics: %w", err)
+		}
+	}
+	s.cleanup = newCleanups(cfg.Logger)
+	if cfg.Metrics.reg != nil {
+		if err := s.cleanup.register(cfg.Metrics.reg); err != nil {
+			return nil, fmt.Errorf("job.New: register cleanup metrics: %w", err)
 		}
 	}
 	s.sink = newEventSink(st, cfg.Logger, s.sm)
@@ -170,13 +178,17 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 }
 
 // Start recovers from the previous process and starts the workers:
-//  1. if the runner is a runner.Reaper, sandboxes left behind are reaped;
-//  2. running jobs become failed/lost (their process died with the daemon);
-//  3. queued jobs are queued again (they never started) and run in order of
+//  1. if the runner is a runner.Reaper, sandboxes left behind are reaped
+//     (a failure is logged: the runner's reconcile loop retries it);
+//  2. sessions left open become closed/lost, and every workspace no live
+//     job or session of this process owns is removed (what cannot be goes
+//     on the cleanup list, retried with backoff);
+//  3. running jobs become failed/lost (their process died with the daemon);
+//  4. queued jobs are queued again (they never started) and run in order of
 //     creation, waiting for queue room if there are more than QueueSize.
 //
-// Start may be called once; when it fails (reaping or reading the store)
-// the daemon should exit rather than run without recovery.
+// Start may be called once; when it fails (reading the store) the daemon
+// should exit rather than run without recovery.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -193,17 +205,18 @@ func (s *Service) Start(ctx context.Context) error {
 	if rp, ok := s.r.(runner.Reaper); ok {
 		n, err := rp.Reap(ctx)
 		if err != nil {
-			return fmt.Errorf("start: reap sandboxes: %w", err)
+			s.log.Warn("reap sandboxes of a previous process (the runner's reconcile loop retries)", "reaped", n, "err", err)
+		} else {
+			s.log.Info("reaped sandboxes of a previous process", "count", n)
 		}
-		s.log.Info("reaped sandboxes of a previous process", "count", n)
 	}
 	if err := s.recoverSessions(ctx); err != nil {
 		return err
 	}
-	// Workspaces of pooled sandboxes of a previous process (reaped above).
-	if err := os.RemoveAll(filepath.Join(s.cfg.WorkDir, "pool")); err != nil {
-		s.log.Warn("remove stale pool workspaces", "err", err)
+	if n := s.sweepWorkspaces(); n > 0 {
+		s.log.Info("removed workspaces of a previous process", "count", n)
 	}
+	s.sbg.Go(func() { s.cleanup.run(s.quit) })
 	if err := s.restoreGuard(ctx); err != nil {
 		return err
 	}
@@ -237,7 +250,7 @@ func (s *Service) Start(ctx context.Context) error {
 					s.log.Warn("record the lost job's finished event", "job", j.ID, "err", err)
 				}
 			}
-			s.m.jobs.WithLabelValues(j.Tool, j.Runner, OutcomeLost).Inc()
+			s.m.jobs.WithLabelValues(j.Tenant, j.Tool, j.Runner, OutcomeLost).Inc()
 			s.log.Warn("job lost in a restart", "job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
 		case StatePendingApproval:
 			if s.entry(j.ID) != nil {
@@ -275,7 +288,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if len(requeue) > 0 {
 		s.log.Info("re-queued jobs of a previous process", "count", len(requeue))
 	}
-	for range s.cfg.Workers {
+	for range s.cfg.Queue.Workers {
 		s.bg.Go(s.worker)
 	}
 	s.sbg.Go(s.reapSessions)
@@ -428,10 +441,10 @@ func (s *Service) unregister(id string) {
 // finished runs once per job after its terminal state is recorded: metrics,
 // the finished event, waking waiters, and retiring old entries.
 func (s *Service) finished(e *entry, j *Job) {
-	s.m.jobs.WithLabelValues(j.Tool, j.Runner, outcome(j)).Inc()
+	s.m.jobs.WithLabelValues(j.Tenant, j.Tool, j.Runner, outcome(j)).Inc()
 	if j.StartedAt != nil && j.FinishedAt != nil {
 		d := j.FinishedAt.Sub(*j.StartedAt)
-		s.m.duration.WithLabelValues(j.Tool, j.Runner).Observe(d.Seconds())
+		s.m.duration.WithLabelValues(j.Tenant, j.Tool, j.Runner).Observe(d.Seconds())
 		for { // exponential moving average, weight 1/8
 			old := s.avgNanos.Load()
 			nv := int64(d)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
@@ -85,9 +86,16 @@ func TestSubmitWait(t *testing.T) {
 func TestSandboxSpec(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *job.Config, _ *harness) {
-		c.Defaults = runner.Limits{MemoryBytes: 128 << 20, Timeout: time.Minute}
-		c.Ceilings = runner.Limits{MemoryBytes: 512 << 20, PIDs: 64}
+		c.Limits.Defaults = runner.Limits{MemoryBytes: 128 << 20, Timeout: time.Minute}
+		c.Limits.Ceilings = runner.Limits{MemoryBytes: 512 << 20, PIDs: 64}
 	})
+	// What neither the request nor the configuration sets takes the
+	// built-in defaults.
+	b := config.BuiltinDefaults
+	builtin := func(l runner.Limits) runner.Limits {
+		l.CPUMillis, l.OutputBytes, l.NoFile, l.FileSize = b.CPUMillis, b.OutputBytes, b.NoFile, b.FileSize
+		return l
+	}
 	tests := []struct {
 		req     job.SubmitRequest
 		ws      runner.WorkspaceMode
@@ -95,11 +103,11 @@ func TestSandboxSpec(t *testing.T) {
 		limits  runner.Limits
 	}{
 		{call("echo", `{"text":"x"}`), runner.WorkspaceNone, runner.NetworkNone,
-			runner.Limits{MemoryBytes: 128 << 20, PIDs: 64, Timeout: time.Minute}},
+			builtin(runner.Limits{MemoryBytes: 128 << 20, PIDs: 64, Timeout: time.Minute})},
 		{call("reader", `{}`), runner.WorkspaceReadOnly, runner.NetworkNone,
-			runner.Limits{MemoryBytes: 128 << 20, PIDs: 64, Timeout: time.Minute}},
+			builtin(runner.Limits{MemoryBytes: 128 << 20, PIDs: 64, Timeout: time.Minute})},
 		{job.SubmitRequest{Call: tools.Call{Name: "sh", Arguments: []byte(`{"cmd":"echo"}`)}, Limits: runner.Limits{MemoryBytes: 256 << 20, PIDs: 8}},
-			runner.WorkspaceReadWrite, runner.NetworkEgress, runner.Limits{MemoryBytes: 256 << 20, PIDs: 8, Timeout: time.Minute}},
+			runner.WorkspaceReadWrite, runner.NetworkEgress, builtin(runner.Limits{MemoryBytes: 256 << 20, PIDs: 8, Timeout: time.Minute})},
 	}
 	for _, tt := range tests {
 		j := h.wait(t, "acme", h.submit(t, "acme", tt.req).ID)
@@ -110,7 +118,10 @@ func TestSandboxSpec(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no sandbox created", tt.req.Call.Name)
 		}
-		if spec.WorkspaceMode != tt.ws || spec.Network != tt.network || spec.Limits != tt.limits ||
+		if iso := spec.Isolation; iso == nil || iso.Seccomp == nil {
+			t.Fatalf("%s: spec without a compiled isolation: %+v", tt.req.Call.Name, spec)
+		}
+		if spec.Isolation.Workspace != tt.ws || spec.Isolation.Network != tt.network || spec.Limits != tt.limits ||
 			spec.Labels["job"] != j.ID || spec.Labels["tenant"] != "acme" || spec.Workspace == "" {
 			t.Errorf("%s: spec %+v, want workspace %s network %s limits %+v", tt.req.Call.Name, spec, tt.ws, tt.network, tt.limits)
 		}
@@ -162,7 +173,7 @@ func TestSubmitErrors(t *testing.T) {
 
 func TestQueueFull(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, notStarted, func(c *job.Config, _ *harness) { c.QueueSize = 2 })
+	h := newHarness(t, notStarted, func(c *job.Config, _ *harness) { c.Queue.Size = 2 })
 	ctx := t.Context()
 	reqA := call("add", `{"a":1,"b":1}`)
 	reqA.IdempotencyKey = "ka"
@@ -328,7 +339,7 @@ func TestCancelRunning(t *testing.T) {
 
 func TestShutdown(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *job.Config, _ *harness) { c.Workers = 1 })
+	h := newHarness(t, func(c *job.Config, _ *harness) { c.Queue.Workers = 1 })
 	ctx := t.Context()
 	running := h.submit(t, "acme", call("sh", `{"cmd":"block"}`))
 	h.waitRunning(t, "acme", running.ID)
@@ -376,10 +387,10 @@ func TestConfigValidation(t *testing.T) {
 	st := &nopStore{}
 	reg := tools.NewRegistry()
 	bad := []job.Config{
-		{Workers: -1},
-		{QueueSize: -1},
-		{Defaults: runner.Limits{PIDs: 100}, Ceilings: runner.Limits{PIDs: 10}},
-		{Defaults: runner.Limits{MemoryBytes: -1}},
+		{Queue: config.Queue{Workers: -1}},
+		{Queue: config.Queue{Size: -1}},
+		{Limits: config.Limits{Defaults: runner.Limits{PIDs: 100}, Ceilings: runner.Limits{PIDs: 10}}},
+		{Limits: config.Limits{Defaults: runner.Limits{MemoryBytes: -1}}},
 	}
 	for i, cfg := range bad {
 		cfg.WorkDir = t.TempDir()
@@ -394,3 +405,49 @@ func TestConfigValidation(t *testing.T) {
 
 // nopStore satisfies job.Store for constructor tests.
 type nopStore struct{ job.Store }
+
+// A tool's own timeout argument (timeout_seconds; the fake sh's timeout_ms)
+// follows the limits rule: any value up to the ceiling, even above the
+// default (it was clipped to the default), the default when absent, and
+// above the ceiling a refusal naming the ceiling. limits.timeout alike.
+func TestTimeoutRule(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *job.Config, _ *harness) {
+		c.Limits.Defaults.Timeout = 100 * time.Millisecond
+		c.Limits.Ceilings.Timeout = 2 * time.Second
+	})
+	sleep := func(extra string) job.SubmitRequest {
+		return call("sh", `{"cmd":"sleep","arg":"400ms"`+extra+`}`)
+	}
+	// Above the default, below the ceiling: it runs to the end.
+	j := h.wait(t, "acme", h.submit(t, "acme", sleep(`,"timeout_ms":1000`)).ID)
+	if j.State != job.StateSucceeded || j.Limits.Timeout != time.Second {
+		t.Errorf("timeout 1s (default 100ms): %s %s, limits.timeout %s", j.State, j.Reason, j.Limits.Timeout)
+	}
+	// Asked for nothing: the default applies.
+	j = h.wait(t, "acme", h.submit(t, "acme", sleep("")).ID)
+	if j.State != job.StateFailed || j.Reason != job.ReasonTimeout || j.Limits.Timeout != 100*time.Millisecond {
+		t.Errorf("no timeout asked: %s %s, limits.timeout %s", j.State, j.Reason, j.Limits.Timeout)
+	}
+	// limits.timeout above the default: accepted too; with both, the smaller wins.
+	req := sleep("")
+	req.Limits.Timeout = 1500 * time.Millisecond
+	if j = h.wait(t, "acme", h.submit(t, "acme", req).ID); j.State != job.StateSucceeded || j.Limits.Timeout != 1500*time.Millisecond {
+		t.Errorf("limits.timeout 1.5s: %s %s, limits.timeout %s", j.State, j.Reason, j.Limits.Timeout)
+	}
+	req = sleep(`,"timeout_ms":200`)
+	req.Limits.Timeout = 1500 * time.Millisecond
+	if j = h.wait(t, "acme", h.submit(t, "acme", req).ID); j.State != job.StateFailed || j.Limits.Timeout != 200*time.Millisecond {
+		t.Errorf("timeout_ms 200 and limits.timeout 1.5s: %s %s, limits.timeout %s", j.State, j.Reason, j.Limits.Timeout)
+	}
+	// Above the ceiling: refused before anything is recorded, naming it.
+	for name, req := range map[string]job.SubmitRequest{
+		"tool timeout":   sleep(`,"timeout_ms":3000`),
+		"limits.timeout": {Call: sleep("").Call, Limits: runner.Limits{Timeout: 3 * time.Second}},
+	} {
+		_, _, err := h.svc.Submit(t.Context(), "acme", req)
+		if !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), "exceeds the ceiling") || !strings.Contains(err.Error(), "2s") {
+			t.Errorf("%s above the ceiling: %v", name, err)
+		}
+	}
+}

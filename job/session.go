@@ -1,7 +1,6 @@
 package job
 
 import (
-	"errors"
 	"slices"
 	"time"
 
@@ -50,7 +49,8 @@ type Session struct {
 }
 
 // SessionRequest asks for a session. Zero fields take the service's
-// session defaults; Limits may only lower the ceilings, like a job's.
+// session defaults; Limits may ask for anything up to the ceilings, like a
+// job's (config.Limits.Resolve).
 type SessionRequest struct {
 	// Image is "" for the runner's default, or one of the images the
 	// operator allows the tenant (Config.Images); stored in the runner's
@@ -71,22 +71,6 @@ type SessionFilter struct {
 
 // DefaultSessionEffects are a session's effects when the request names none.
 var DefaultSessionEffects = []tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite}
-
-// Errors of sessions, mapped to HTTP statuses by the API's one switch.
-var (
-	// ErrEffectNotAllowed: the tool needs an effect the session lacks.
-	ErrEffectNotAllowed = errors.New("effect not allowed")
-	// ErrSessionLimit: the tenant has too many active sessions, or the
-	// daemon is at its sandbox cap.
-	ErrSessionLimit = errors.New("session limit reached")
-	// ErrSessionClosed: the session is no longer active.
-	ErrSessionClosed = errors.New("session closed")
-	// ErrUnsupported: the runner cannot provide the isolation asked for
-	// (wraps runner.ErrUnsupported's message).
-	ErrUnsupported = errors.New("not supported")
-	// ErrTooLarge: an upload exceeds the configured size.
-	ErrTooLarge = errors.New("too large")
-)
 
 func cloneSession(s *Session) *Session {
 	if s == nil {

@@ -39,9 +39,9 @@ func (s *Service) enterSession(ctx context.Context, j *Job) (*liveSession, attem
 }
 
 // replSandbox is a sandbox with a persistent Python REPL (globals survive
-// between calls). A sandbox whose runner implements it runs a session's
-// python_repl calls there; others (the local runner) run the stateless
-// command, so state persists only through files.
+// between calls). A sandbox whose runner implements it (every runner's,
+// through the agent) runs a session's python_repl calls there; others (the
+// fake) run the stateless command, so state persists only through files.
 type replSandbox interface {
 	REPL(ctx context.Context, req replRequest, onOutput func(stream string, chunk []byte)) (replResult, error)
 }

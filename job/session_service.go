@@ -10,15 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
-
-// ErrSessionNotFound is ErrNotFound for sessions (errors.Is matches both).
-var ErrSessionNotFound = fmt.Errorf("session not found: %w", ErrNotFound)
-
-// ErrFileNotFound is ErrNotFound for workspace files.
-var ErrFileNotFound = fmt.Errorf("no such file or directory: %w", ErrNotFound)
 
 // liveSession is the in-memory side of an open session of this process.
 //
@@ -102,8 +97,6 @@ func (ls *liveSession) waitTurn(ctx context.Context, id string, limit time.Durat
 	}
 }
 
-var errTurnTimeout = errors.New("timed out waiting for the session's earlier jobs")
-
 // busy reports whether a job is queued or running in the session.
 func (ls *liveSession) busy() bool {
 	ls.mu.Lock()
@@ -186,7 +179,7 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 	}
 	now := time.Now().UTC()
 	sess := &Session{
-		ID: newPrefixedID("ses_", now), Tenant: tenant, Image: image, Effects: effects, Limits: limits,
+		ID: ids.At("ses_", now), Tenant: tenant, Image: image, Effects: effects, Limits: limits,
 		State: SessionCreating, TTL: ttl, IdleTimeout: idle,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), LastUsedAt: now,
 	}
@@ -195,13 +188,13 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 	if err := s.reserveSession(ls); err != nil {
 		return nil, err
 	}
-	s.m.sessionsActive.Inc()
+	s.m.sessionsActive.WithLabelValues(tenant).Inc()
 	fail := func(err error) (*Session, error) {
 		s.smu.Lock()
 		delete(s.sessions, sess.ID)
 		s.smu.Unlock()
 		s.alive.Add(-1)
-		s.m.sessionsActive.Dec()
+		s.m.sessionsActive.WithLabelValues(tenant).Dec()
 		return nil, err
 	}
 	if err := s.st.CreateSession(ctx, sess); err != nil {
@@ -275,14 +268,14 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 	}
 	spec, err := s.specFor(sess.ID, sess.Tenant, sess.ID, sess.Effects, func(r EgressRecord) { s.recordSessionEgress(ls, r) })
 	if err != nil {
-		_ = os.RemoveAll(ls.dir)
+		s.removeWorkspace(ls.dir)
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
 	spec.Image, spec.Workspace, spec.Limits = sess.Image, ls.dir, sess.Limits
 	spec.Labels = map[string]string{"session": sess.ID, "tenant": sess.Tenant}
 	sb, err := s.r.Create(ctx, spec)
 	if err != nil {
-		_ = os.RemoveAll(ls.dir)
+		s.removeWorkspace(ls.dir)
 		switch {
 		case errors.Is(err, runner.ErrUnsupported):
 			return nil, fmt.Errorf("%w: the %s runner cannot create this session: %v", ErrUnsupported, s.cfg.RunnerName, err)
@@ -386,10 +379,8 @@ func (s *Service) closeSession(ls *liveSession, reason string) *Session {
 		s.log.Error("close session sandbox", "session", snap.ID, "err", err)
 	}
 	s.sandboxClosed()
-	if err := os.RemoveAll(ls.dir); err != nil {
-		s.log.Error("remove session workspace", "session", snap.ID, "dir", ls.dir, "err", err)
-	}
-	s.m.sessionsActive.Dec()
+	s.removeWorkspace(ls.dir)
+	s.m.sessionsActive.WithLabelValues(snap.Tenant).Dec()
 	s.m.sessionsClosed.WithLabelValues(reason).Inc()
 	s.log.Info("session closed", "session", snap.ID, "tenant", snap.Tenant, "reason", reason)
 	s.pool.refillAll() // the cap may have room for the pool again
@@ -490,7 +481,7 @@ func (s *Service) recoverSessions(ctx context.Context) error {
 		if err := s.st.UpdateSession(ctx, ss); err != nil {
 			return fmt.Errorf("start: mark session %s lost: %w", ss.ID, err)
 		}
-		_ = os.RemoveAll(filepath.Join(s.cfg.WorkDir, "sessions", ss.ID))
+		s.removeWorkspace(filepath.Join(s.cfg.WorkDir, "sessions", ss.ID))
 		s.m.sessionsClosed.WithLabelValues(SessionReasonLost).Inc()
 		s.log.Warn("session lost in a restart", "session", ss.ID, "tenant", ss.Tenant)
 	}

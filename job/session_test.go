@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/fake"
@@ -88,8 +89,8 @@ func newSessHarness(t *testing.T, r runner.Runner, cfg job.Config) *sessHarness 
 	if cfg.Egress == nil {
 		cfg.Egress = &nopEgress{}
 	}
-	if cfg.Workers == 0 {
-		cfg.Workers = 4
+	if cfg.Queue.Workers == 0 {
+		cfg.Queue.Workers = 4
 	}
 	h.svc, err = job.New(cfg, st, sessionTools(t), r)
 	if err != nil {
@@ -256,7 +257,7 @@ func TestSessionEffects(t *testing.T) {
 
 func TestSessionTenantLimit(t *testing.T) {
 	t.Parallel()
-	h := newSessHarness(t, nil, job.Config{Sessions: job.SessionConfig{MaxPerTenant: 2}})
+	h := newSessHarness(t, nil, job.Config{Sessions: config.Sessions{MaxPerTenant: 2}})
 	ctx := t.Context()
 	for range 2 {
 		if _, err := h.svc.CreateSession(ctx, "acme", job.SessionRequest{}); err != nil {
@@ -273,7 +274,7 @@ func TestSessionTenantLimit(t *testing.T) {
 
 func TestSessionExpiry(t *testing.T) {
 	t.Parallel()
-	h := newSessHarness(t, nil, job.Config{Sessions: job.SessionConfig{ReapInterval: 10 * time.Millisecond}})
+	h := newSessHarness(t, nil, job.Config{Sessions: config.Sessions{ReapInterval: 10 * time.Millisecond}})
 	ctx := t.Context()
 	ttl, err := h.svc.CreateSession(ctx, "acme", job.SessionRequest{TTL: 150 * time.Millisecond, IdleTimeout: time.Hour})
 	if err != nil {
@@ -322,7 +323,7 @@ func TestSessionExpiry(t *testing.T) {
 
 func TestSessionJobsRunInOrder(t *testing.T) {
 	t.Parallel()
-	h := newSessHarness(t, nil, job.Config{Workers: 8})
+	h := newSessHarness(t, nil, job.Config{Queue: config.Queue{Workers: 8}})
 	ctx := t.Context()
 	s, err := h.svc.CreateSession(ctx, "acme", job.SessionRequest{})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
@@ -18,7 +19,7 @@ import (
 func TestRetention(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *job.Config, _ *harness) {
-		c.Retention = job.RetentionConfig{MaxAge: time.Millisecond, MaxBytes: -1, Interval: 20 * time.Millisecond}
+		c.Retention = config.Retention{MaxAge: time.Millisecond, MaxBytes: -1, Interval: 20 * time.Millisecond}
 	})
 	done := h.submit(t, "acme", call("sh", `{"cmd":"echo","arg":"bye"}`))
 	h.wait(t, "acme", done.ID)
@@ -62,7 +63,7 @@ func TestRetention(t *testing.T) {
 func TestRetentionMaxBytes(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, notStarted, func(c *job.Config, _ *harness) {
-		c.Retention = job.RetentionConfig{MaxAge: -1, MaxBytes: 1 << 20, Interval: 20 * time.Millisecond}
+		c.Retention = config.Retention{MaxAge: -1, MaxBytes: 1 << 20, Interval: 20 * time.Millisecond}
 	})
 	big := tools.Result{OK: true, Content: strings.Repeat("z", 200<<10)}
 	if err := h.svc.Registry().Register(&tools.Tool{Name: "big", Run: func(context.Context, tools.Env, map[string]any) (tools.Result, error) {

@@ -55,7 +55,7 @@ type Store interface {
 	// decided_at, decision_reason). ErrConflict when it is not pending
 	// any more (decided or expired by someone else first).
 	DecideApproval(ctx context.Context, a *Approval) error
-	// ListApprovals returns a tenant's approvals newest first, paginated
+	// ListApprovals returns a tenant's (AllTenants: every tenant's) approvals newest first, paginated
 	// like List.
 	ListApprovals(ctx context.Context, tenant string, f ApprovalFilter) ([]*Approval, string, error)
 	// ListPendingApprovals returns every pending approval, oldest first.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -72,8 +73,15 @@ func (c *TurnConfig) withDefaults() {
 	}
 }
 
-// NewTurns returns the turn executor of s.
+// NewTurns returns the turn executor of s; zero fields of cfg take the
+// service's Config.Turns.
 func NewTurns(s *Service, cfg TurnConfig) *Turns {
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = s.cfg.Turns.Concurrency
+	}
+	if cfg.Keep == 0 {
+		cfg.Keep = s.cfg.Turns.Keep
+	}
 	cfg.withDefaults()
 	return &Turns{s: s, cfg: cfg, batches: map[string]*Batch{}, byKey: map[string]string{}}
 }
@@ -212,7 +220,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 	}
 	now := time.Now().UTC()
 	b := &Batch{
-		ID: newPrefixedID("tc_", now), Tenant: tenant, SessionID: session, Dialect: req.Turn.Dialect,
+		ID: ids.At("tc_", now), Tenant: tenant, SessionID: session, Dialect: req.Turn.Dialect,
 		State: BatchRunning, Calls: make([]CallRecord, len(req.Turn.Calls)), Effects: map[tools.Effect]int{},
 		FinalAnswer: req.Turn.FinalAnswer, HasFinal: req.Turn.HasFinal, CreatedAt: now,
 		key: req.IdempotencyKey, done: make(chan struct{}), mu: &sync.Mutex{},

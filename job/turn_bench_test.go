@@ -15,7 +15,7 @@ import (
 func BenchmarkTurnInProcess(b *testing.B) {
 	for _, n := range []int{1, 8} {
 		b.Run(fmt.Sprintf("calls-%d", n), func(b *testing.B) {
-			h := newHarness(b, func(c *job.Config, _ *harness) { c.Workers = 16 })
+			h := newHarness(b, func(c *job.Config, _ *harness) { c.Queue.Workers = 16 })
 			turns := job.NewTurns(h.svc, job.TurnConfig{})
 			calls := make([]string, n)
 			for i := range calls {

@@ -240,7 +240,7 @@ rules:
 }
 
 func TestTurnRetries(t *testing.T) {
-	h := newHarness(t, func(c *job.Config, _ *harness) { c.RetryBackoff = time.Millisecond; c.Retries = 3 })
+	h := newHarness(t, func(c *job.Config, _ *harness) { c.Turns.RetryBackoff = time.Millisecond; c.Turns.Retries = 3 })
 	h.register(t,
 		&tools.Tool{Name: "vanish", Effects: []tools.Effect{tools.EffectExec, tools.EffectFileWrite},
 			Command: func(map[string]any) (tools.Command, error) { return tools.Command{Args: []string{"error"}}, nil }},

@@ -2,50 +2,11 @@ package policy
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
-
-// Isolation is what a sandbox for one tool gets, compiled from the tool's
-// effect tags. Every runner honours it or refuses the sandbox (a runner never
-// weakens it); the settings that hold for every sandbox whatever the effects
-// are listed in Always.
-type Isolation struct {
-	// Sandbox is false for tools without the exec effect: they run
-	// in-process and no sandbox is created.
-	Sandbox   bool
-	Workspace runner.WorkspaceMode
-	Network   runner.NetworkMode
-	// AllowInet says whether the seccomp profile lets the sandbox create
-	// AF_INET/AF_INET6 sockets (only to reach the egress proxy: the
-	// sandbox has no route out).
-	AllowInet bool
-}
-
-// Compile maps a tool's effects to its sandbox's isolation. It is the code
-// form of Table.
-func Compile(effects []tools.Effect) Isolation {
-	has := func(e tools.Effect) bool { return slices.Contains(effects, e) }
-	iso := Isolation{
-		Sandbox:   has(tools.EffectExec),
-		Workspace: runner.WorkspaceNone,
-		Network:   runner.NetworkNone,
-	}
-	switch {
-	case has(tools.EffectFileWrite):
-		iso.Workspace = runner.WorkspaceReadWrite
-	case has(tools.EffectFileRead):
-		iso.Workspace = runner.WorkspaceReadOnly
-	}
-	if has(tools.EffectHTTP) {
-		iso.Network = runner.NetworkEgress
-		iso.AllowInet = true
-	}
-	return iso
-}
 
 // Row is one line of the effect → isolation table.
 type Row struct {
@@ -101,18 +62,19 @@ var Table = []Row{
 		Without: "no network (loopback only) and seccomp refuses AF_INET/AF_INET6 sockets",
 		With:    "still no route out: an HTTP proxy at 127.0.0.1:3128 inside the sandbox carries connections over a per-sandbox unix socket to sandboxd's egress proxy, which enforces the tenant's allowlist (hosts, ports, methods) and refuses loopback, private, link-local, CGNAT and metadata addresses after resolution",
 		Enforced: [...]string{
-			"empty net namespace + seccomp socket filter; helper forwards the proxy",
+			"empty net namespace (lo only) + seccomp socket filter; agent forwards the proxy",
 			"network none + seccomp socket filter; agent forwards the proxy",
 			"own net namespace (lo only) + seccomp socket filter; agent forwards the proxy",
-			"network none as runc. The host kernel never applies the OCI profile to sandbox code (the Sentry serves it, under gVisor's own host filter); with --oci-seccomp (set by scripts/gvisor-setup.sh) the Sentry applies it inside, answering EPERM for every denied call, so clone3 is allowed there (glibc falls back to clone only on ENOSYS)",
+			"network none as runc. The host kernel never applies the OCI profile to sandbox code (the Sentry serves it, under gVisor's own host filter); with --oci-seccomp (set by scripts/gvisor-setup.sh) the Sentry applies it inside, answering EPERM for every denied call, so clone3 is allowed there (glibc falls back to clone only on ENOSYS). clone3(CLONE_NEWUSER) therefore succeeds (seccomp cannot read clone3's flags): the child is root of a new user namespace inside gVisor's kernel, and under the same profile it still cannot mount (tmpfs or bind), chroot, setns, unshare a network namespace, set the hostname, open an inet socket without http, read what its parent cannot or write / or /proc/sys (a conformance test on every runner)",
 		},
 	},
 }
 
 // Always lists what every sandbox gets whatever its effects.
 var Always = []string{
-	"no capabilities, no_new_privs, uid 65534",
-	"Docker's default seccomp profile tightened: AF_ALG, AF_VSOCK, AF_PACKET, io_uring, keyctl, bpf, perf_event_open, ptrace, mount, unshare/setns, userfaultfd, kexec and non-native architectures denied",
+	fmt.Sprintf("the code (every process, the Python REPL included) runs as uid %d, gid %d, with no supplementary groups, no capabilities and no_new_privs", CodeUID, CodeGID),
+	fmt.Sprintf("the code cannot signal, trace or read pid 1 (its memory, /proc files, fds) nor reach the agent's socket: the agent (pid 1 of every sandbox) runs as uid %d with only %s, no_new_privs and the same seccomp profile, and is non-dumpable; its socket is %s in a directory of uid %d, mode 0700. Under gVisor the code can still list and read pid 1's /proc fdinfo (fd numbers, offsets, flags)", AgentUID, agentCapabilityList(), runner.AgentSocketPath, AgentUID),
+	"one seccomp profile for every runner, Docker's default tightened and deny by default (policy/): AF_ALG, AF_VSOCK, AF_PACKET, io_uring, keyctl, bpf, perf_event_open, ptrace, mount, unshare/setns, clone's namespace flags, userfaultfd, kexec, the TIOCSTI and TIOCLINUX ioctls and non-native architectures denied; the int arguments it checks (socket family, ioctl command, clone flags, personality) are compared on their low 32 bits, the bits the kernel reads. Docker and containerd get it as JSON and OCI spec, the local runner as BPF compiled from the same profile",
 	"read-only root filesystem, fresh /tmp, masked /proc paths",
 	"cleared environment, no file descriptors beyond 0-2, no runtime sockets (Docker, containerd, sandboxd's API are unreachable)",
 }

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,21 +12,42 @@ import (
 )
 
 func TestCompile(t *testing.T) {
+	type want struct {
+		sandbox bool
+		ws      runner.WorkspaceMode
+		network runner.NetworkMode
+	}
 	for _, tc := range []struct {
 		effects []tools.Effect
-		want    Isolation
+		want    want
 	}{
-		{nil, Isolation{Workspace: runner.WorkspaceNone, Network: runner.NetworkNone}},
-		{[]tools.Effect{tools.EffectHTTP}, Isolation{Workspace: runner.WorkspaceNone, Network: runner.NetworkEgress, AllowInet: true}},
-		{[]tools.Effect{tools.EffectExec}, Isolation{Sandbox: true, Workspace: runner.WorkspaceNone, Network: runner.NetworkNone}},
-		{[]tools.Effect{tools.EffectExec, tools.EffectFileRead}, Isolation{Sandbox: true, Workspace: runner.WorkspaceReadOnly, Network: runner.NetworkNone}},
-		{[]tools.Effect{tools.EffectExec, tools.EffectFileWrite}, Isolation{Sandbox: true, Workspace: runner.WorkspaceReadWrite, Network: runner.NetworkNone}},
-		{[]tools.Effect{tools.EffectFileRead, tools.EffectExec, tools.EffectFileWrite}, Isolation{Sandbox: true, Workspace: runner.WorkspaceReadWrite, Network: runner.NetworkNone}},
-		{[]tools.Effect{tools.EffectExec, tools.EffectHTTP, tools.EffectFileRead}, Isolation{Sandbox: true, Workspace: runner.WorkspaceReadOnly, Network: runner.NetworkEgress, AllowInet: true}},
+		{nil, want{false, runner.WorkspaceNone, runner.NetworkNone}},
+		{[]tools.Effect{tools.EffectHTTP}, want{false, runner.WorkspaceNone, runner.NetworkEgress}},
+		{[]tools.Effect{tools.EffectExec}, want{true, runner.WorkspaceNone, runner.NetworkNone}},
+		{[]tools.Effect{tools.EffectExec, tools.EffectFileRead}, want{true, runner.WorkspaceReadOnly, runner.NetworkNone}},
+		{[]tools.Effect{tools.EffectExec, tools.EffectFileWrite}, want{true, runner.WorkspaceReadWrite, runner.NetworkNone}},
+		{[]tools.Effect{tools.EffectFileRead, tools.EffectExec, tools.EffectFileWrite}, want{true, runner.WorkspaceReadWrite, runner.NetworkNone}},
+		{[]tools.Effect{tools.EffectExec, tools.EffectHTTP, tools.EffectFileRead}, want{true, runner.WorkspaceReadOnly, runner.NetworkEgress}},
 	} {
-		if got := Compile(tc.effects); got != tc.want {
-			t.Errorf("Compile(%v) = %+v, want %+v", tc.effects, got, tc.want)
+		got := Compile(tc.effects)
+		iso := got.Spec
+		if got.Sandbox != tc.want.sandbox || iso.Workspace != tc.want.ws || iso.Network != tc.want.network {
+			t.Errorf("Compile(%v) = sandbox %v %s/%s, want %+v", tc.effects, got.Sandbox, iso.Workspace, iso.Network, tc.want)
 		}
+		// The seccomp profile goes with the network: inet sockets only
+		// with http, the same profile for every workspace mode.
+		if want := nativeProfile(tc.want.network == runner.NetworkEgress); !reflect.DeepEqual(iso.Seccomp, want) || !reflect.DeepEqual(iso.SeccompGVisor, seccompGVisor(want)) {
+			t.Errorf("Compile(%v): seccomp profile is not the policy's for network %s", tc.effects, tc.want.network)
+		}
+		if !slices.Equal(iso.MaskedPaths, maskedPaths) || !slices.Equal(iso.ReadonlyPaths, readonlyPaths) {
+			t.Errorf("Compile(%v): masked %v read-only %v", tc.effects, iso.MaskedPaths, iso.ReadonlyPaths)
+		}
+		if again := Compile(tc.effects); again != got {
+			t.Errorf("Compile(%v) is not one shared value", tc.effects)
+		}
+	}
+	if a, b := Compile([]tools.Effect{tools.EffectExec}).Spec, Compile([]tools.Effect{tools.EffectExec, tools.EffectFileWrite}).Spec; a.Seccomp != b.Seccomp {
+		t.Error("equal seccomp profiles are not shared")
 	}
 }
 

@@ -70,7 +70,7 @@ type Sandbox interface {
 }
 
 // AgentSandbox is implemented by sandboxes that run the sandbox agent
-// (container backends). Found by type assertion: the agent gives a
+// (every backend: local, docker, containerd). Found by type assertion: the agent gives a
 // persistent Python REPL and file operations inside the sandbox's own view.
 // The client belongs to the sandbox; callers must not Close it.
 type AgentSandbox interface {
@@ -99,7 +99,8 @@ const (
 	WorkspaceReadWrite WorkspaceMode = "rw"
 )
 
-// NetworkMode says what network a sandbox gets.
+// NetworkMode says what network a sandbox gets. The seccomp profile of
+// Isolation goes with it: inet sockets only with NetworkEgress.
 type NetworkMode string
 
 const (
@@ -118,9 +119,18 @@ const (
 // HTTPS_PROXY at "http://"+EgressProxyAddr.
 const EgressProxyAddr = "127.0.0.1:3128"
 
+// AgentDir is the directory of the agent's socket inside every sandbox
+// that runs the sandbox agent: owned by the agent's uid (policy.AgentUID),
+// mode 0700, so the code can neither list, traverse nor write it.
+const AgentDir = "/run/sandboxd"
+
+// AgentSocketPath is where the sandbox agent listens inside the sandbox.
+const AgentSocketPath = AgentDir + "/agent.sock"
+
 // EgressSocketPath is where the egress unix socket appears inside container
-// sandboxes (the sandbox agent forwards EgressProxyAddr to it).
-const EgressSocketPath = "/run/sandboxd/egress.sock"
+// sandboxes (the sandbox agent forwards EgressProxyAddr to it; only the
+// agent can reach it, in AgentDir).
+const EgressSocketPath = AgentDir + "/egress.sock"
 
 // Egress serves a sandbox's outbound connections. The runner creates a unix
 // listener private to the sandbox (its identity: whoever connects to it is
@@ -139,12 +149,14 @@ type SandboxSpec struct {
 	// an image reference for container runners. Empty means the backend's
 	// default.
 	Image string
-	// Workspace is a host directory shown at /workspace (WorkspaceDir).
-	Workspace     string
-	WorkspaceMode WorkspaceMode
-	Network       NetworkMode
-	// Egress is required when Network is NetworkEgress and ignored
-	// otherwise.
+	// Workspace is a host directory shown at /workspace (WorkspaceDir)
+	// as Isolation.Workspace says.
+	Workspace string
+	// Isolation is required: the sandbox's isolation as policy.Compile
+	// decided it. A spec without it is refused (ErrInvalidSpec).
+	Isolation *Isolation
+	// Egress is required when Isolation.Network is NetworkEgress and
+	// ignored otherwise.
 	Egress Egress
 	Limits Limits
 	Labels map[string]string
@@ -154,17 +166,19 @@ type SandboxSpec struct {
 const WorkspaceDir = "/workspace"
 
 // Limits are resource ceilings for a sandbox. Zero means the runner default.
+// The yaml and doc tags make the daemon's limits.defaults.* and
+// limits.ceilings.* keys (package config; its built-in values live there).
 type Limits struct {
-	MemoryBytes int64 `json:"memory_bytes,omitempty"`
-	PIDs        int64 `json:"pids,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty" yaml:"memory_bytes" doc:"memory (and memory+swap) of the sandbox"`
+	PIDs        int64 `json:"pids,omitempty" yaml:"pids" doc:"processes and threads"`
 	// CPUMillis is CPU bandwidth in thousandths of a core.
-	CPUMillis int64 `json:"cpu_millis,omitempty"`
+	CPUMillis int64 `json:"cpu_millis,omitempty" yaml:"cpu_millis" doc:"CPU bandwidth in thousandths of a core"`
 	// Timeout is the default wall-clock limit of one Exec.
-	Timeout time.Duration `json:"timeout,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty" yaml:"timeout" doc:"wall-clock time of a call (a tool's timeout_seconds asks for it too)"`
 	// OutputBytes caps each of stdout and stderr (head and tail kept).
-	OutputBytes int64 `json:"output_bytes,omitempty"`
-	NoFile      int64 `json:"nofile,omitempty"`
-	FileSize    int64 `json:"file_size_bytes,omitempty"`
+	OutputBytes int64 `json:"output_bytes,omitempty" yaml:"output_bytes" doc:"each of stdout and stderr (head and tail kept)"`
+	NoFile      int64 `json:"nofile,omitempty" yaml:"nofile" doc:"open files"`
+	FileSize    int64 `json:"file_size_bytes,omitempty" yaml:"file_size_bytes" doc:"size of one file written"`
 }
 
 // Process is one command to run inside a sandbox.

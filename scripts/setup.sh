@@ -10,6 +10,9 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v setsid >/dev/null 2>&1 || need+=(util-linux)
 command -v ps >/dev/null 2>&1 || need+=(procps)
 [ -x /usr/bin/chromium ] || need+=(chromium) # integration/dashboard_test.go (headless)
+/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || need+=(python3-matplotlib) # the local runner's REPL artifacts (runnertest)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap) # the local runner's benchmark baseline
+[ -x /usr/bin/linux.uml ] || need+=(user-mode-linux) # the local runner's cgroup v2 test (a v2 kernel as a process)
 
 if [ "${#need[@]}" -gt 0 ]; then
 	echo "setup: installing ${need[*]}"

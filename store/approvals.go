@@ -75,7 +75,7 @@ func (s *SQLite) DecideApproval(ctx context.Context, a *job.Approval) error {
 // ListApprovals implements job.Store.
 func (s *SQLite) ListApprovals(ctx context.Context, tenant string, f job.ApprovalFilter) ([]*job.Approval, string, error) {
 	return listPage(ctx, s.db, page{
-		what: "approvals", table: "approvals", columns: approvalColumns, tenant: tenant,
+		what: "approvals", table: "approvals", columns: approvalColumns, tenant: tenant, allTenants: tenant == job.AllTenants,
 		eq:    [][2]string{{"state", string(f.State)}},
 		limit: f.Limit, cursor: f.Cursor,
 	}, scanApprovals, func(a *job.Approval) (time.Time, string) { return a.CreatedAt, a.ID })

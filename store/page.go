@@ -14,6 +14,8 @@ import (
 type page struct {
 	what, table, columns string
 	tenant               string
+	// allTenants drops the tenant filter (the operator's approvals).
+	allTenants bool
 	// eq are equality filters, column → value; empty values are skipped.
 	eq     [][2]string
 	limit  int
@@ -32,6 +34,9 @@ func listPage[T any](ctx context.Context, db *sql.DB, p page, scan func(*sql.Row
 	}
 	where := []string{"tenant = ?"}
 	args := []any{p.tenant}
+	if p.allTenants {
+		where, args = []string{"1 = 1"}, nil
+	}
 	for _, f := range p.eq {
 		if f[1] != "" {
 			where = append(where, f[0]+" = ?")

@@ -2,20 +2,17 @@ package tools
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/internal/ids"
 )
 
-// NewCallID returns a fresh call id: "call_" and 24 random hex digits.
-func NewCallID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
-	return "call_" + hex.EncodeToString(b[:])
-}
+// NewCallID returns a fresh call id: "call_" and 26 characters, ordered by
+// creation time (ids.New).
+func NewCallID() string { return ids.New("call_") }
 
 // wireCall is the union of the call shapes models and protocols produce.
 type wireCall struct {

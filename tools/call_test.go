@@ -36,7 +36,7 @@ var parseCallCases = []struct {
 	{name: "empty", in: ``, wantErr: "empty input", wantField: RootField},
 }
 
-var callIDPattern = regexp.MustCompile(`^call_[0-9a-f]{24}$`)
+var callIDPattern = regexp.MustCompile(`^call_[0-9a-hjkmnp-tv-z]{26}$`)
 
 func TestParseCall(t *testing.T) {
 	t.Parallel()

@@ -179,10 +179,14 @@ type Limits struct {
 
 // Command is a process a sandboxed tool asks the job service to run.
 type Command struct {
-	Args    []string      `json:"args"`
-	Stdin   []byte        `json:"stdin,omitempty"`
-	Env     []string      `json:"env,omitempty"`
-	Dir     string        `json:"dir,omitempty"`
+	Args  []string `json:"args"`
+	Stdin []byte   `json:"stdin,omitempty"`
+	Env   []string `json:"env,omitempty"`
+	Dir   string   `json:"dir,omitempty"`
+	// Timeout is the time limit the call asks for (python_repl's and
+	// bash's timeout_seconds); 0: the job's. The job service reads it at
+	// submit and treats it as the call's limits.timeout: up to the
+	// operator's ceiling, else the submit is refused.
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// Decode, when set, turns the Result of the finished process
 	// (FromProcess: stdout as content, the exit status as the outcome)

@@ -1,9 +1,11 @@
 // Package dashboard serves sandboxd's built-in web dashboard: one HTML page
-// and its script and style, embedded in the binary. The page polls /metrics
-// every two seconds and parses the Prometheus text format itself, so every
-// number it shows is the one /metrics reports; it also lists pending
-// approvals and decides them through /v1/approvals with the API key the user
-// pastes (kept in sessionStorage, sent as a Bearer token).
+// and its script and style, embedded in the binary, served without a key.
+// With the API key the user pastes (kept in sessionStorage, sent as a
+// Bearer token) the page polls GET /v1/dashboard every two seconds, the
+// sandboxd_* metrics scoped to that key, and parses the Prometheus text
+// format itself, so every number it shows is one the server reports; it
+// also lists pending approvals and decides them through /v1/approvals.
+// Without a key it shows nothing.
 //
 // The assets reference nothing outside the server: no CDN, no web fonts.
 package dashboard

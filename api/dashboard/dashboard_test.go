@@ -19,7 +19,7 @@ func TestHandlerServesAssets(t *testing.T) {
 		{"/", "text/html; charset=utf-8", `<script src="/dashboard/dashboard.js"`},
 		{"/dashboard/", "text/html; charset=utf-8", "<title>sandboxd</title>"},
 		{"/dashboard/index.html", "text/html; charset=utf-8", "<title>sandboxd</title>"},
-		{"/dashboard/dashboard.js", "text/javascript; charset=utf-8", "/metrics"},
+		{"/dashboard/dashboard.js", "text/javascript; charset=utf-8", "/v1/dashboard"},
 		{"/dashboard/prom.js", "text/javascript; charset=utf-8", "function parse("},
 		{"/dashboard/dashboard.css", "text/css; charset=utf-8", "font-variant-numeric"},
 		{"/dashboard/favicon.svg", "image/svg+xml", "<svg"},

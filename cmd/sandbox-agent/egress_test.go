@@ -53,7 +53,7 @@ func TestEgressForwarding(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := agentCmd("--socket", filepath.Join(dir, "agent.sock"), "--root", dir, "--egress-listen", addr, "--egress-socket", hostSock)
+	cmd := agentCmd("--socket", filepath.Join(dir, "run", "agent.sock"), "--root", codeDir(t), "--egress-listen", addr, "--egress-socket", hostSock)
 	waitReady(t, cmd)
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {

@@ -7,12 +7,22 @@
 // As pid 1 it reaps orphaned zombies. SIGTERM or SIGINT (or a shutdown
 // request) kill every process it started and make it exit 0.
 //
-// The socket is created with mode 0666: the agent runs as an unprivileged
-// uid (65534) inside the container while sandboxd connects as root from
-// the host through a bind-mounted directory, and other processes of the
-// sandbox run as the same uid anyway. Access control is the directory:
-// the runner creates the host directory 0700 (root) and only bind-mounts
-// it into this one sandbox.
+// The agent model (package policy of sandboxd): the runner starts the
+// agent as uid 0 with only CAP_SETUID, CAP_SETGID, CAP_KILL, CAP_CHOWN,
+// CAP_DAC_OVERRIDE and CAP_FOWNER, no_new_privs and the sandbox's seccomp
+// profile. The agent makes itself non-dumpable and empties its ambient and
+// inheritable capabilities (agent.Harden), then starts every process for
+// the code as --uid/--gid (65534) with no supplementary groups and no
+// capabilities, and gives the files it writes to that user. It kills the
+// code's processes on timeout, cancel and exit (CAP_KILL); the code can
+// neither signal, trace nor read the agent (another uid, non-dumpable).
+// An agent already running as --uid/--gid (tests) starts processes as
+// itself.
+//
+// The socket is created with mode 0600 in a directory that must be mode
+// 0700 and not the code's: sandboxd connects as root from the host through
+// the bind-mounted directory, and the code cannot list, traverse or write
+// it.
 //
 // With --egress-listen ADDR --egress-socket PATH (NetworkEgress sandboxes)
 // it also listens on TCP ADDR, the sandbox's HTTP proxy address, and
@@ -55,7 +65,14 @@ func run() error {
 	verbose := flag.Bool("v", false, "log to stderr")
 	egressListen := flag.String("egress-listen", "", "TCP address of the sandbox's HTTP proxy (127.0.0.1:3128); needs --egress-socket")
 	egressSocket := flag.String("egress-socket", "", "unix socket of sandboxd's egress proxy that --egress-listen forwards to")
+	uid := flag.Int("uid", codeID, "uid of every process the agent starts (the code) and of the files it creates")
+	gid := flag.Int("gid", codeID, "gid of every process the agent starts (the code) and of the files it creates")
 	flag.Parse()
+	// First, before anything runs for the code: non-dumpable, no ambient
+	// or inheritable capabilities on any thread.
+	if err := agent.Harden(); err != nil {
+		return err
+	}
 	// Under a full pids limit (a fork bomb in the sandbox) the Go runtime
 	// cannot start a thread it needs and dies; threads started now stay
 	// idle in the runtime's pool for later.
@@ -65,6 +82,10 @@ func run() error {
 	}
 	if (*egressListen == "") != (*egressSocket == "") {
 		return errors.New("--egress-listen and --egress-socket go together")
+	}
+	user, err := codeUser(*uid, *gid)
+	if err != nil {
+		return err
 	}
 
 	logger := slog.New(slog.DiscardHandler)
@@ -81,6 +102,7 @@ func run() error {
 		PythonPath: *python,
 		Env:        baseEnv(),
 		Logger:     logger,
+		CodeUser:   user,
 	}
 	if *egressListen != "" {
 		// Before "ready": no sandboxed code runs until the proxy address
@@ -110,7 +132,7 @@ func run() error {
 		return agent.ServeConn(ctx, agent.StreamConn(os.Stdin, os.Stdout), opts)
 	}
 
-	if err := os.MkdirAll(filepath.Dir(*socket), 0o755); err != nil {
+	if err := socketDir(filepath.Dir(*socket), user); err != nil {
 		return err
 	}
 	os.Remove(*socket) // stale socket of a previous run
@@ -119,11 +141,48 @@ func run() error {
 		return err
 	}
 	defer os.Remove(*socket)
-	if err := os.Chmod(*socket, 0o666); err != nil {
+	if err := os.Chmod(*socket, 0o600); err != nil {
 		return err
 	}
 	fmt.Fprintln(os.Stderr, "ready")
 	return agent.Serve(ctx, l, opts)
+}
+
+// codeID is the default uid and gid of the code (policy.CodeUID and
+// policy.CodeGID in sandboxd).
+const codeID = 65534
+
+// codeUser is the user the code runs as: nil when the agent already is
+// that user (nothing to switch), an error for root or a bad id.
+func codeUser(uid, gid int) (*agent.User, error) {
+	if uid <= 0 || gid <= 0 || uid > 1<<32-2 || gid > 1<<32-2 {
+		return nil, fmt.Errorf("--uid %d --gid %d: the code runs as a non-root uid and gid", uid, gid)
+	}
+	if uid == os.Getuid() && gid == os.Getgid() {
+		return nil, nil
+	}
+	return &agent.User{UID: uint32(uid), GID: uint32(gid)}, nil
+}
+
+// socketDir creates the socket's directory (mode 0700) if missing and
+// checks it is closed to the code: mode 0700 or stricter, and, when the
+// code is another user, not the code's.
+func socketDir(dir string, code *agent.User) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("socket directory %s has mode %o: the code could reach the socket; want 0700", dir, fi.Mode().Perm())
+	}
+	if code != nil && st.Uid == code.UID {
+		return fmt.Errorf("socket directory %s is owned by the code's uid %d; want the agent's", dir, st.Uid)
+	}
+	return nil
 }
 
 // baseEnv is the environment processes start with: the agent's own,

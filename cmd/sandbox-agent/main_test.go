@@ -25,7 +25,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// agentCmd runs the agent with args. Not as root it runs the code as
+// itself (it cannot switch users); as root, as the default code user.
 func agentCmd(args ...string) *exec.Cmd {
+	if os.Getuid() != 0 {
+		args = append(args, "--uid", strconv.Itoa(os.Getuid()), "--gid", strconv.Itoa(os.Getgid()))
+	}
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = []string{"SANDBOX_AGENT_TEST_MAIN=1", "SANDBOX_AGENT_TEST_ARGS=" + strings.Join(args, " "), "PATH=/usr/bin:/bin"}
 	return cmd
@@ -64,14 +69,30 @@ func waitReady(t *testing.T, cmd *exec.Cmd) {
 	}
 }
 
+// codeDir is a directory the code's user can use: the agent's root in
+// these tests.
+func codeDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 func TestSocketModeAndSIGTERM(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	dir := codeDir(t)
 	sock := filepath.Join(dir, "run", "agent.sock") // parent is created by the agent
 	cmd := agentCmd("--socket", sock, "--root", dir)
 	waitReady(t, cmd)
-	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o666 {
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket: %v %v", fi, err)
+	}
+	if fi, err := os.Stat(filepath.Dir(sock)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("socket directory: %v %v", fi, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -125,7 +146,7 @@ func TestSocketModeAndSIGTERM(t *testing.T) {
 
 func TestStdioMode(t *testing.T) {
 	t.Parallel()
-	cmd := agentCmd("--stdio", "--root", t.TempDir())
+	cmd := agentCmd("--stdio", "--root", codeDir(t))
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -165,5 +186,91 @@ func TestFlagErrors(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), "exactly one of") {
 			t.Errorf("%v: %v %s", args, err, out)
 		}
+	}
+}
+
+// TestCodeUser: as root, the agent runs the code (exec and the REPL) as
+// the code user with no groups and no capabilities, gives it the files it
+// writes, and the code can neither signal nor read the agent, nor reach
+// its socket.
+func TestCodeUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root (switching users)")
+	}
+	t.Parallel()
+	dir := codeDir(t)
+	sock := filepath.Join(dir, "run", "agent.sock")
+	cmd := agentCmd("--socket", sock, "--root", dir)
+	waitReady(t, cmd)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := agent.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	check := func(who, status string) {
+		t.Helper()
+		f := map[string]string{}
+		for _, line := range strings.Split(status, "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				f[k] = strings.Join(strings.Fields(v), " ")
+			}
+		}
+		if f["Uid"] != "65534 65534 65534 65534" || f["Gid"] != "65534 65534 65534 65534" || f["Groups"] != "" {
+			t.Errorf("%s: Uid %q Gid %q Groups %q", who, f["Uid"], f["Gid"], f["Groups"])
+		}
+		for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapAmb"} {
+			if f[k] != "0000000000000000" {
+				t.Errorf("%s: %s = %s", who, k, f[k])
+			}
+		}
+	}
+	res, err := c.Exec(ctx, agent.ExecRequest{Args: []string{"cat", "/proc/self/status"}}, nil)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	check("exec", string(res.Stdout))
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		r, err := c.REPL(ctx, agent.REPLRequest{Code: `print(open("/proc/self/status").read())`}, nil)
+		if err != nil || !r.OK {
+			t.Fatalf("repl: %+v %v", r, err)
+		}
+		check("repl", r.Stdout)
+	}
+
+	if err := c.WriteFile(ctx, "a/b/c.txt", []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "a/b", "a/b/c.txt"} {
+		fi, err := os.Lstat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 65534 || st.Gid != 65534 {
+			t.Errorf("%s owned by %d:%d", p, st.Uid, st.Gid)
+		}
+	}
+
+	pid := strconv.Itoa(cmd.Process.Pid)
+	res, err = c.Exec(ctx, agent.ExecRequest{Args: []string{"sh", "-c", `
+kill -0 ` + pid + ` && echo SIGNALLED
+cat /proc/` + pid + `/environ >/dev/null && echo READ-ENVIRON
+ls /proc/` + pid + `/fd >/dev/null && echo LISTED-FDS
+ls ` + filepath.Dir(sock) + ` && echo LISTED-SOCKET-DIR
+rm -f ` + sock + ` && echo REMOVED-SOCKET
+echo done`}}, nil)
+	if err != nil || string(res.Stdout) != "done\n" {
+		t.Errorf("attacks from the code: %v\nstdout: %s\nstderr: %s", err, res.Stdout, res.Stderr)
+	}
+	if _, err := os.Stat(sock); err != nil {
+		t.Errorf("socket: %v", err)
+	}
+	// The code's process group still dies at the timeout (the agent may
+	// signal another uid).
+	res, err = c.Exec(ctx, agent.ExecRequest{Args: []string{"sh", "-c", "sleep 100 & sleep 100"}, Timeout: 300 * time.Millisecond}, nil)
+	if err != nil || !res.TimedOut {
+		t.Fatalf("timeout: %+v %v", res, err)
 	}
 }

@@ -12,6 +12,9 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"text/tabwriter"
+
+	"github.com/sandboxd/sandboxd/config"
 )
 
 // Exit codes.
@@ -36,7 +39,7 @@ func versionString() string {
 }
 
 // serveFunc runs the daemon until ctx ends (serve.go wires the real one).
-type serveFunc func(ctx context.Context, cfg *Config, log *slog.Logger) error
+type serveFunc func(ctx context.Context, cfg *config.Config, log *slog.Logger) error
 
 // env is the process environment the CLI reads; tests replace it.
 type env struct {
@@ -54,7 +57,7 @@ func osEnv(serve serveFunc) env {
 const usage = `sandboxd runs the tool calls of LLM agents in sandboxes.
 
 Usage:
-  sandboxd serve [--addr HOST:PORT] [--data-dir DIR] [--config FILE] [--log-level LEVEL]
+  sandboxd serve [--addr HOST:PORT] [--metrics-addr HOST:PORT] [--data-dir DIR] [--config FILE] [--log-level LEVEL]
   sandboxd run TOOL [--json '{...}'] [--code C] [--command C] [--expression E] [--path P]
                     [--arg KEY=VALUE]... [--wait DURATION] [--output text|json] [--session ID]
   sandboxd turn [--session ID] [--wait DURATION] [--output messages|json] [FILE]   (FILE or stdin: one model turn)
@@ -75,17 +78,36 @@ Exit status: 0 ok; 1 the tool failed; 2 usage or configuration error;
 3 the server is unreachable or answered an error.
 `
 
-const serveUsage = `Usage: sandboxd serve [flags]
+// serveUsage is serve's help before the flags: every environment variable
+// the loader reads, from the keys' declarations (package config).
+func serveUsage() string {
+	var b strings.Builder
+	b.WriteString(`Usage: sandboxd serve [flags]
 
-Precedence: flags > environment > config file > defaults.
-Other environment variables: SANDBOXD_RUNNER, SANDBOXD_ROOTFS,
-SANDBOXD_ALLOW_WEAK, SANDBOXD_API_KEYS (KEY:TENANT,...), SANDBOXD_WORKERS,
-SANDBOXD_QUEUE_SIZE, SANDBOXD_MAX_WAIT, SANDBOXD_MAX_BODY_BYTES.
-Without API keys the server has one tenant ("default") and listens only on
-a loopback address.
+Precedence: flags > environment > config file > defaults. Without API keys
+the server has one tenant ("default") and listens only on a loopback
+address. Every key, its default and meaning: the README's configuration
+table.
 
-Flags:
-`
+Environment:
+`)
+	paths := map[string][]string{}
+	for _, k := range config.Keys() {
+		if k.Env != "" {
+			paths[k.Env] = append(paths[k.Env], k.Path)
+		}
+	}
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SANDBOXD_CONFIG\tthe YAML config file (also --config)")
+	for _, name := range config.EnvVars() {
+		fmt.Fprintf(tw, "  %s\t%s\n", name, strings.Join(paths[name], ", "))
+	}
+	fmt.Fprintln(tw, "  HOME, XDG_DATA_HOME\tthe data directory's default")
+	fmt.Fprintln(tw, "  PATH\twhere sandbox-agent is looked for (docker and containerd runners)")
+	_ = tw.Flush()
+	b.WriteString("\nFlags:\n")
+	return b.String()
+}
 
 // cli runs one command line and returns the exit status.
 func cli(ctx context.Context, args []string, e env) int {
@@ -136,15 +158,17 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 func cmdServe(ctx context.Context, args []string, e env) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	var fl serveFlags
-	fs.StringVar(&fl.Addr, "addr", "", "listen address HOST:PORT (env SANDBOXD_ADDR; default "+defaultAddr+")")
-	fs.StringVar(&fl.DataDir, "data-dir", "", "data directory (env SANDBOXD_DATA_DIR; default /var/lib/sandboxd as root, else $XDG_DATA_HOME/sandboxd or ~/.local/share/sandboxd)")
+	fl := serveFlags{Set: map[string]string{}}
+	for _, k := range config.Flags() {
+		fs.Func(k.Flag, fmt.Sprintf("%s (config %s, env %s; default %s)", k.Doc, k.Path, k.Env, k.DefaultText()), func(v string) error {
+			fl.Set[k.Flag] = v
+			return nil
+		})
+	}
 	fs.StringVar(&fl.Config, "config", "", "YAML config file (env SANDBOXD_CONFIG)")
-	fs.StringVar(&fl.LogLevel, "log-level", "", "debug, info, warn or error (env SANDBOXD_LOG_LEVEL; default info)")
-	fs.StringVar(&fl.Runner, "runner", "", "local, docker or containerd (env SANDBOXD_RUNNER; default local)")
 	fs.StringVar(&fl.Runtime, "runtime", "", "OCI runtime of the docker or containerd runner: runc, or runsc for gVisor (config runner.docker.runtime / runner.containerd.runtime; default: the daemon's default / runc)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), serveUsage)
+		fmt.Fprint(fs.Output(), serveUsage())
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {

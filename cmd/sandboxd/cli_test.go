@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/api/apitest"
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
@@ -250,8 +251,8 @@ func TestTools(t *testing.T) {
 
 func TestServeCommand(t *testing.T) {
 	t.Parallel()
-	var got *Config
-	fake := func(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	var got *config.Config
+	fake := func(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		got = cfg
 		return nil
 	}
@@ -272,7 +273,7 @@ func TestServeCommand(t *testing.T) {
 		t.Fatalf("non-loopback with keys: %+v", r)
 	}
 
-	failing := func(context.Context, *Config, *slog.Logger) error { return errors.New("store is locked") }
+	failing := func(context.Context, *config.Config, *slog.Logger) error { return errors.New("store is locked") }
 	r = runCLI(t, nil, failing, "serve", "--data-dir", dir)
 	if r.code != 1 || !strings.Contains(r.stderr, "store is locked") {
 		t.Fatalf("serve failure: %+v", r)
@@ -301,7 +302,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cfg := defaultConfig()
+	cfg := config.Defaults()
 	cfg.Addr, cfg.DataDir = addr, t.TempDir()
 
 	started := make(chan struct{})

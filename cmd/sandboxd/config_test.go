@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -9,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/containerd"
+	"github.com/sandboxd/sandboxd/runner/docker"
 	"github.com/sandboxd/sandboxd/runner/fake"
 )
 
@@ -55,16 +59,16 @@ func TestConfigFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Addr != "127.0.0.1:9000" || cfg.DataDir != "/srv/sandboxd" || cfg.LogLevel != "debug" ||
-		time.Duration(cfg.ShutdownTimeout) != 10*time.Second || !cfg.Runner.Local.AllowWeak ||
-		cfg.Runner.Local.Rootfs != "/srv/rootfs" || cfg.Queue != (QueueConfig{Size: 10, Workers: 2}) ||
-		cfg.API.MaxBodyBytes != 2048 || time.Duration(cfg.API.MaxWait) != time.Minute ||
-		cfg.HTTPRequest.MaxResponseBytes != 1000 || time.Duration(cfg.HTTPRequest.Timeout) != 5*time.Second {
+		cfg.ShutdownTimeout != 10*time.Second || !cfg.Runner.Local.AllowWeak ||
+		cfg.Runner.Local.Rootfs != "/srv/rootfs" || cfg.Queue != (config.Queue{Size: 10, Workers: 2}) ||
+		cfg.API.MaxBodyBytes != 2048 || cfg.API.MaxWait != time.Minute ||
+		cfg.HTTPRequest.MaxResponseBytes != 1000 || cfg.HTTPRequest.Timeout != 5*time.Second {
 		t.Fatalf("config %+v", cfg)
 	}
-	if d := cfg.Limits.Defaults.runner(); d.Timeout != 30*time.Second || d.MemoryBytes != 256<<20 || d.PIDs != 64 {
+	if d := cfg.Limits.Defaults; d.Timeout != 30*time.Second || d.MemoryBytes != 256<<20 || d.PIDs != 64 {
 		t.Fatalf("defaults %+v", d)
 	}
-	if c := cfg.Limits.Ceilings.runner(); c.Timeout != 10*time.Minute || c.NoFile != 4096 || c.FileSize != 100<<20 {
+	if c := cfg.Limits.Ceilings; c.Timeout != 10*time.Minute || c.NoFile != 4096 || c.FileSize != 100<<20 {
 		t.Fatalf("ceilings %+v", c)
 	}
 	if im := cfg.TenantImages(); len(im) != 1 || strings.Join(im["bob"], ",") != "/srv/rootfs-data,/srv/rootfs-r" {
@@ -73,22 +77,6 @@ func TestConfigFull(t *testing.T) {
 	keys := cfg.APIKeys()
 	if len(keys) != 3 || keys["key-alice-2"] != "alice" || keys["key-bob"] != "bob" {
 		t.Fatalf("keys %v", keys)
-	}
-}
-
-func TestEffectiveLimits(t *testing.T) {
-	t.Parallel()
-	cfg := defaultConfig()
-	d, c := cfg.EffectiveLimits()
-	if d != builtinDefaults || c != builtinCeilings {
-		t.Fatalf("built-in: %+v %+v", d, c)
-	}
-	cfg.Limits.Ceilings = LimitValues{MemoryBytes: 128 << 20, Timeout: Duration(time.Hour)}
-	cfg.Limits.Defaults = LimitValues{PIDs: 32}
-	d, c = cfg.EffectiveLimits()
-	if d.MemoryBytes != 128<<20 || c.MemoryBytes != 128<<20 || d.PIDs != 32 || c.PIDs != builtinCeilings.PIDs ||
-		time.Duration(d.Timeout) != time.Minute || time.Duration(c.Timeout) != time.Hour {
-		t.Fatalf("lowered: %+v %+v", d, c)
 	}
 }
 
@@ -101,27 +89,27 @@ func TestConfigPrecedence(t *testing.T) {
 		flags serveFlags
 		env   map[string]string
 		euid  int
-		check func(*Config) bool
+		check func(*config.Config) bool
 	}{
-		{"defaults", serveFlags{}, map[string]string{"HOME": "/home/u"}, 1000, func(c *Config) bool {
-			return c.Addr == defaultAddr && c.DataDir == "/home/u/.local/share/sandboxd" && c.LogLevel == "info" &&
-				c.Queue.Workers == defaultWorkers && c.Queue.Size == defaultQueueSize && c.Runner.Name == "local" &&
-				time.Duration(c.API.MaxWait) == defaultMaxWait && c.API.MaxBodyBytes == defaultMaxBodyBytes
+		{"defaults", serveFlags{}, map[string]string{"HOME": "/home/u"}, 1000, func(c *config.Config) bool {
+			return c.Addr == config.Defaults().Addr && c.DataDir == "/home/u/.local/share/sandboxd" && c.LogLevel == "info" &&
+				c.Queue == config.Defaults().Queue && c.Runner.Name == "local" &&
+				c.API == config.Defaults().API && c.MetricsAddr == "127.0.0.1:9464"
 		}},
-		{"xdg data home", serveFlags{}, map[string]string{"HOME": "/home/u", "XDG_DATA_HOME": "/xdg"}, 1000, func(c *Config) bool {
+		{"xdg data home", serveFlags{}, map[string]string{"HOME": "/home/u", "XDG_DATA_HOME": "/xdg"}, 1000, func(c *config.Config) bool {
 			return c.DataDir == "/xdg/sandboxd"
 		}},
-		{"root data dir", serveFlags{}, map[string]string{"HOME": "/root"}, 0, func(c *Config) bool {
+		{"root data dir", serveFlags{}, map[string]string{"HOME": "/root"}, 0, func(c *config.Config) bool {
 			return c.DataDir == "/var/lib/sandboxd"
 		}},
-		{"file over defaults", serveFlags{Config: file}, nil, 1000, func(c *Config) bool {
+		{"file over defaults", serveFlags{Config: file}, nil, 1000, func(c *config.Config) bool {
 			return c.Addr == "127.0.0.1:1111" && c.DataDir == "/from/file" && c.LogLevel == "warn" &&
-				c.Queue.Workers == 3 && c.Queue.Size == defaultQueueSize
+				c.Queue.Workers == 3 && c.Queue.Size == config.Defaults().Queue.Size
 		}},
-		{"config from env", serveFlags{}, map[string]string{"SANDBOXD_CONFIG": file}, 1000, func(c *Config) bool {
+		{"config from env", serveFlags{}, map[string]string{"SANDBOXD_CONFIG": file}, 1000, func(c *config.Config) bool {
 			return c.Addr == "127.0.0.1:1111"
 		}},
-		{"config flag over env", serveFlags{Config: other}, map[string]string{"SANDBOXD_CONFIG": file, "HOME": "/h"}, 1000, func(c *Config) bool {
+		{"config flag over env", serveFlags{Config: other}, map[string]string{"SANDBOXD_CONFIG": file, "HOME": "/h"}, 1000, func(c *config.Config) bool {
 			return c.Addr == "127.0.0.1:2222"
 		}},
 		{"env over file", serveFlags{Config: file}, map[string]string{
@@ -129,48 +117,50 @@ func TestConfigPrecedence(t *testing.T) {
 			"SANDBOXD_WORKERS": "7", "SANDBOXD_QUEUE_SIZE": "70", "SANDBOXD_MAX_WAIT": "20s",
 			"SANDBOXD_MAX_BODY_BYTES": "4096", "SANDBOXD_RUNNER": "local", "SANDBOXD_ROOTFS": "/rootfs",
 			"SANDBOXD_ALLOW_WEAK": "true",
-		}, 1000, func(c *Config) bool {
+		}, 1000, func(c *config.Config) bool {
 			return c.Addr == "127.0.0.1:3333" && c.DataDir == "/from/env" && c.LogLevel == "error" &&
-				c.Queue.Workers == 7 && c.Queue.Size == 70 && time.Duration(c.API.MaxWait) == 20*time.Second &&
+				c.Queue.Workers == 7 && c.Queue.Size == 70 && c.API.MaxWait == 20*time.Second &&
 				c.API.MaxBodyBytes == 4096 && c.Runner.Local.Rootfs == "/rootfs" && c.Runner.Local.AllowWeak
 		}},
-		{"flags over env", serveFlags{Config: file, Addr: "127.0.0.1:4444", DataDir: "/from/flag", LogLevel: "debug"},
+		{"flags over env", serveFlags{Config: file, Set: map[string]string{"addr": "127.0.0.1:4444", "data-dir": "/from/flag", "log-level": "debug"}},
 			map[string]string{"SANDBOXD_ADDR": "127.0.0.1:3333", "SANDBOXD_DATA_DIR": "/from/env", "SANDBOXD_LOG_LEVEL": "error"}, 1000,
-			func(c *Config) bool {
+			func(c *config.Config) bool {
 				return c.Addr == "127.0.0.1:4444" && c.DataDir == "/from/flag" && c.LogLevel == "debug"
 			}},
 		{"env api keys replace file tenants", serveFlags{Config: writeConfig(t, "data_dir: /d\ntenants: [{name: x, api_keys: [kx]}]\n")},
-			map[string]string{"SANDBOXD_API_KEYS": "key1:tenantA, key2:tenantB,key3:tenantA,solo"}, 1000, func(c *Config) bool {
+			map[string]string{"SANDBOXD_API_KEYS": "key1:tenantA, key2:tenantB,key3:tenantA,solo"}, 1000, func(c *config.Config) bool {
 				k := c.APIKeys()
 				return len(k) == 4 && k["key1"] == "tenantA" && k["key3"] == "tenantA" && k["key2"] == "tenantB" &&
-					k["solo"] == defaultTenant && k["kx"] == ""
+					k["solo"] == config.DefaultTenant && k["kx"] == ""
 			}},
-		{"pool off by default on the local runner", serveFlags{DataDir: "/d"}, nil, 1000,
-			func(c *Config) bool { return c.Pool.Size == nil && c.EffectivePoolSize() == 0 }},
-		{"pool of 2 by default on the docker runner", serveFlags{DataDir: "/d"}, map[string]string{"SANDBOXD_RUNNER": "docker", "SANDBOXD_AGENT_PATH": "/a"}, 1000,
-			func(c *Config) bool { return c.EffectivePoolSize() == 2 }},
-		{"pool size from env", serveFlags{DataDir: "/d"}, map[string]string{"SANDBOXD_POOL_SIZE": "5"}, 1000,
-			func(c *Config) bool { return c.EffectivePoolSize() == 5 }},
-		{"docker runner from env", serveFlags{DataDir: "/d"}, map[string]string{"SANDBOXD_RUNNER": "docker", "SANDBOXD_AGENT_PATH": "/opt/sandbox-agent"}, 1000,
-			func(c *Config) bool {
+		{"pool of 2 by default on the local runner", serveFlags{Set: map[string]string{"data-dir": "/d"}}, nil, 1000,
+			func(c *config.Config) bool { return *c.Pool.Size == 2 }},
+		{"pool of 2 by default on the docker runner", serveFlags{Set: map[string]string{"data-dir": "/d"}}, map[string]string{"SANDBOXD_RUNNER": "docker", "SANDBOXD_AGENT_PATH": "/a"}, 1000,
+			func(c *config.Config) bool { return *c.Pool.Size == 2 }},
+		{"pool size from env", serveFlags{Set: map[string]string{"data-dir": "/d"}}, map[string]string{"SANDBOXD_POOL_SIZE": "5"}, 1000,
+			func(c *config.Config) bool { return *c.Pool.Size == 5 }},
+		{"docker runner from env", serveFlags{Set: map[string]string{"data-dir": "/d"}}, map[string]string{"SANDBOXD_RUNNER": "docker", "SANDBOXD_AGENT_PATH": "/opt/sandbox-agent"}, 1000,
+			func(c *config.Config) bool {
 				return c.Runner.Name == "docker" && c.Runner.Docker.AgentPath == "/opt/sandbox-agent"
 			}},
-		{"runner and runtime flags over env", serveFlags{DataDir: "/d", Runner: "containerd", Runtime: "runsc"},
+		{"runner and runtime flags over env", serveFlags{Runtime: "runsc", Set: map[string]string{"data-dir": "/d", "runner": "containerd"}},
 			map[string]string{"SANDBOXD_RUNNER": "docker", "SANDBOXD_AGENT_PATH": "/a", "SANDBOXD_CONTAINERD_RUNTIME": "runc"}, 1000,
-			func(c *Config) bool {
+			func(c *config.Config) bool {
 				return c.Runner.Name == "containerd" && c.Runner.Containerd.Runtime == "runsc" &&
 					c.Runner.Docker.Runtime == "" && c.Runner.Containerd.AgentPath == "/a"
 			}},
-		{"runtime flag for docker", serveFlags{DataDir: "/d", Runner: "docker", Runtime: "runsc"}, map[string]string{"SANDBOXD_AGENT_PATH": "/a"}, 1000,
-			func(c *Config) bool { return c.Runner.Docker.Runtime == "runsc" && c.Runner.Containerd.Runtime == "" }},
-		{"keys allow any address", serveFlags{Addr: "0.0.0.0:8080", DataDir: "/d"}, map[string]string{"SANDBOXD_API_KEYS": "k:t"}, 1000,
-			func(c *Config) bool { return c.Addr == "0.0.0.0:8080" }},
-		{"localhost without keys", serveFlags{Addr: "localhost:8080", DataDir: "/d"}, nil, 1000,
-			func(c *Config) bool { return c.Addr == "localhost:8080" }},
-		{"ipv6 loopback without keys", serveFlags{Addr: "[::1]:8080", DataDir: "/d"}, nil, 1000,
-			func(c *Config) bool { return c.Addr == "[::1]:8080" }},
-		{"empty file", serveFlags{Config: writeConfig(t, "# nothing\n"), DataDir: "/d"}, nil, 1000,
-			func(c *Config) bool { return c.Addr == defaultAddr }},
+		{"runtime flag for docker", serveFlags{Runtime: "runsc", Set: map[string]string{"data-dir": "/d", "runner": "docker"}}, map[string]string{"SANDBOXD_AGENT_PATH": "/a"}, 1000,
+			func(c *config.Config) bool {
+				return c.Runner.Docker.Runtime == "runsc" && c.Runner.Containerd.Runtime == ""
+			}},
+		{"keys allow any address", serveFlags{Set: map[string]string{"addr": "0.0.0.0:8080", "data-dir": "/d"}}, map[string]string{"SANDBOXD_API_KEYS": "k:t"}, 1000,
+			func(c *config.Config) bool { return c.Addr == "0.0.0.0:8080" }},
+		{"localhost without keys", serveFlags{Set: map[string]string{"addr": "localhost:8080", "data-dir": "/d"}}, nil, 1000,
+			func(c *config.Config) bool { return c.Addr == "localhost:8080" }},
+		{"ipv6 loopback without keys", serveFlags{Set: map[string]string{"addr": "[::1]:8080", "data-dir": "/d"}}, nil, 1000,
+			func(c *config.Config) bool { return c.Addr == "[::1]:8080" }},
+		{"empty file", serveFlags{Config: writeConfig(t, "# nothing\n"), Set: map[string]string{"data-dir": "/d"}}, nil, 1000,
+			func(c *config.Config) bool { return c.Addr == config.Defaults().Addr }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -200,12 +190,12 @@ func TestConfigErrors(t *testing.T) {
 		{name: "wrong type", yaml: "queue: {size: many}\n", want: []string{"many"}},
 		{name: "two documents", yaml: "addr: 127.0.0.1:1\n---\naddr: 127.0.0.1:2\n", want: []string{"more than one"}},
 		{name: "missing file", flags: serveFlags{Config: "/nonexistent/sandboxd.yaml"}, want: []string{"/nonexistent/sandboxd.yaml"}},
-		{name: "bad addr", flags: serveFlags{Addr: "8080"}, want: []string{`addr "8080"`}},
-		{name: "bad port", flags: serveFlags{Addr: "127.0.0.1:http2"}, want: []string{`port "http2"`}},
-		{name: "bad log level", flags: serveFlags{LogLevel: "loud"}, want: []string{`log_level "loud"`}},
-		{name: "relative data dir", flags: serveFlags{DataDir: "data"}, want: []string{`data_dir "data"`}},
+		{name: "bad addr", flags: serveFlags{Set: map[string]string{"addr": "8080"}}, want: []string{`addr "8080"`}},
+		{name: "bad port", flags: serveFlags{Set: map[string]string{"addr": "127.0.0.1:http2"}}, want: []string{`port "http2"`}},
+		{name: "bad log level", flags: serveFlags{Set: map[string]string{"log-level": "loud"}}, want: []string{`log_level "loud"`}},
+		{name: "relative data dir", flags: serveFlags{Set: map[string]string{"data-dir": "data"}}, want: []string{`data_dir "data"`}},
 		{name: "unknown runner", env: map[string]string{"SANDBOXD_RUNNER": "firecracker"}, want: []string{`runner.name "firecracker"`}},
-		{name: "unknown runner flag", flags: serveFlags{Runner: "firecracker"}, want: []string{`runner.name "firecracker"`}},
+		{name: "unknown runner flag", flags: serveFlags{Set: map[string]string{"runner": "firecracker"}}, want: []string{`runner.name "firecracker"`}},
 		{name: "runtime for the local runner", flags: serveFlags{Runtime: "runsc"}, want: []string{`--runtime "runsc"`, `runner is "local"`}},
 		{name: "relative rootfs", yaml: "runner: {local: {rootfs: rootfs}}\n", want: []string{`runner.local.rootfs "rootfs"`}},
 		{name: "docker without agent", yaml: "runner: {name: docker}\n", want: []string{`runner.docker.agent_path ""`}},
@@ -229,9 +219,9 @@ func TestConfigErrors(t *testing.T) {
 		{name: "env bad bool", env: map[string]string{"SANDBOXD_ALLOW_WEAK": "maybe"}, want: []string{`SANDBOXD_ALLOW_WEAK="maybe"`}},
 		{name: "env bad duration", env: map[string]string{"SANDBOXD_MAX_WAIT": "soon"}, want: []string{`"soon"`}},
 		{name: "env bad keys", env: map[string]string{"SANDBOXD_API_KEYS": "key1:"}, want: []string{"KEY:TENANT"}},
-		{name: "non-loopback without keys", flags: serveFlags{Addr: "0.0.0.0:8080"}, want: []string{`addr "0.0.0.0:8080" is not a loopback address`, "api_keys"}},
-		{name: "all interfaces without keys", flags: serveFlags{Addr: ":8080"}, want: []string{"not a loopback"}},
-		{name: "public ip without keys", flags: serveFlags{Addr: "192.0.2.1:8080"}, want: []string{"not a loopback"}},
+		{name: "non-loopback without keys", flags: serveFlags{Set: map[string]string{"addr": "0.0.0.0:8080"}}, want: []string{`addr "0.0.0.0:8080" is not a loopback address`, "api_keys"}},
+		{name: "all interfaces without keys", flags: serveFlags{Set: map[string]string{"addr": ":8080"}}, want: []string{"not a loopback"}},
+		{name: "public ip without keys", flags: serveFlags{Set: map[string]string{"addr": "192.0.2.1:8080"}}, want: []string{"not a loopback"}},
 		{name: "no home", flags: serveFlags{}, env: map[string]string{}, want: []string{"--data-dir"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -268,10 +258,10 @@ func TestFindAgentOnPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"PATH": "relative/dir:" + dir}
-	if got := findAgent(func(k string) string { return env[k] }); got != agent {
-		t.Fatalf("findAgent = %q, want %q", got, agent)
+	if got := findBinary("sandbox-agent", func(k string) string { return env[k] }); got != agent {
+		t.Fatalf("findBinary = %q, want %q", got, agent)
 	}
-	if got := findAgent(func(string) string { return "" }); got != "" {
+	if got := findBinary("sandbox-agent", func(string) string { return "" }); got != "" {
 		t.Fatalf("findAgent without PATH = %q", got)
 	}
 }
@@ -304,7 +294,7 @@ func TestProtectedAddrs(t *testing.T) {
 		addr, dep string
 		want      map[string]string // address -> what protects it ("" none)
 	}{
-		{"127.0.0.1:8080", "", map[string]string{"127.0.0.1:8080": "API", "[::1]:8080": "API", "127.0.0.1:8081": ""}},
+		{"127.0.0.1:8080", "", map[string]string{"127.0.0.1:8080": "API", "[::1]:8080": "API", "127.0.0.1:8081": "", "127.0.0.1:9464": "metrics"}},
 		{":9000", "", map[string]string{"127.0.0.1:9000": "API", "[::1]:9000": "API", "0.0.0.0:9000": "API", "198.51.100.1:9000": ""}},
 		{"[::1]:8080", "tcp://198.51.100.7:2376", map[string]string{"[::1]:8080": "API", "198.51.100.7:2376": "fake daemon", "198.51.100.7:2375": ""}},
 		{"127.0.0.1:8080", "tcp://127.0.0.1:2375", map[string]string{"127.0.0.1:2375": "fake daemon"}},
@@ -316,11 +306,138 @@ func TestProtectedAddrs(t *testing.T) {
 		if tc.dep != "" {
 			r = daemonRunner{fake.New(), tc.dep}
 		}
-		p := protectedAddrs(t.Context(), &Config{Addr: tc.addr}, r, log)
+		p := protectedAddrs(t.Context(), &config.Config{Addr: tc.addr, MetricsAddr: "127.0.0.1:9464"}, r, log)
 		for a, want := range tc.want {
 			if got := p.Which(netip.MustParseAddrPort(a)); got != want {
 				t.Errorf("addr %q dep %q: %s is %q, want %q (set %s)", tc.addr, tc.dep, a, got, want, p)
 			}
 		}
+	}
+}
+
+// A typo in the YAML names the closest valid key, with its full path.
+func TestConfigTypoNamesClosestKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ yaml, want string }{
+		{"adress: 127.0.0.1:1\n", `line 1: unknown key "adress" (did you mean "addr"?)`},
+		{"queue: {size: 1, wokers: 2}\n", `unknown key "queue.wokers" (did you mean "queue.workers"?)`},
+		{"sesions: {max_ttl: 1h}\n", `unknown key "sesions" (did you mean "sessions"?)`},
+		{"limits:\n  defaults: {memroy_bytes: 1}\n", `line 2: unknown key "limits.defaults.memroy_bytes" (did you mean "limits.defaults.memory_bytes"?)`},
+		{"runner: {docker: {imgae: x}}\n", `unknown key "runner.docker.imgae" (did you mean "runner.docker.image"?)`},
+		{"tenants:\n  - name: a\n    api_keys: [k]\n    policy: {rulez: []}\n", `line 4: unknown key "tenants[0].policy.rulez" (did you mean "tenants[0].policy.rules"?)`},
+		{"operator_key: [k]\n", `unknown key "operator_key" (did you mean "operator_keys"?)`},
+		{"frobnicate: 1\n", `unknown key "frobnicate"; valid keys here: addr, metrics_addr, data_dir`},
+		{"api: {max_wait: 5 minutes}\n", `line 1: api.max_wait: invalid duration "5 minutes"`},
+		{"queue: {size: many}\n", `line 1: queue.size: "many" is not an integer`},
+		{"runner: {local: {allow_weak: maybe}}\n", `runner.local.allow_weak: "maybe" is not a boolean`},
+	} {
+		_, err := loadConfig(serveFlags{Config: writeConfig(t, tc.yaml), Set: map[string]string{"data-dir": "/d"}}, envMap(nil), 1000)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want it to contain %s", tc.yaml, err, tc.want)
+		}
+	}
+	if strings.Contains(closestOf(t, "frobnicate: 1\n"), "did you mean") {
+		t.Error("a word near no key suggests one")
+	}
+}
+
+func closestOf(t *testing.T, yaml string) string {
+	_, err := loadConfig(serveFlags{Config: writeConfig(t, yaml), Set: map[string]string{"data-dir": "/d"}}, envMap(nil), 1000)
+	return fmt.Sprint(err)
+}
+
+// `serve --help` lists every environment variable the loader reads: the
+// loader runs with a getenv that records each name asked for, in every
+// branch that reads one (non-root, each runner, a config file), and each
+// name must be in the help text.
+func TestServeHelpListsEveryEnvVar(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, nil, nil, "serve", "--help")
+	help := r.stdout + r.stderr
+	read := map[string]bool{}
+	record := func(k string) string { read[k] = true; return "" }
+	for _, runner := range []string{"local", "docker", "containerd"} {
+		_, _ = loadConfig(serveFlags{Set: map[string]string{"runner": runner}}, record, 1000)
+	}
+	if len(read) < 15 {
+		t.Fatalf("the loader read only %v", read)
+	}
+	for name := range read {
+		if !strings.Contains(help, name) {
+			t.Errorf("serve --help does not list %s, which the loader reads:\n%s", name, help)
+		}
+	}
+	for _, k := range config.Flags() {
+		if !strings.Contains(help, "-"+k.Flag) {
+			t.Errorf("serve --help lacks the flag --%s of %s", k.Flag, k.Path)
+		}
+	}
+}
+
+// The defaults the configuration documents for the runners' own keys are
+// the runners' defaults.
+func TestRunnerDefaultsDocumented(t *testing.T) {
+	t.Parallel()
+	want := map[string]string{
+		"runner.docker.image":         docker.DefaultImage,
+		"runner.containerd.image":     containerd.DefaultImage,
+		"runner.containerd.address":   containerd.DefaultAddress,
+		"runner.containerd.namespace": containerd.DefaultNamespace,
+	}
+	for _, k := range config.Keys() {
+		if w, ok := want[k.Path]; ok {
+			if k.Default != w {
+				t.Errorf("%s: documented default %q, the runner's is %q", k.Path, k.Default, w)
+			}
+			delete(want, k.Path)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("no such keys: %v", want)
+	}
+}
+
+func TestOperatorKeysAndMetricsAddr(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig(serveFlags{Set: map[string]string{"data-dir": "/d", "metrics-addr": "127.0.0.1:0"}},
+		envMap(map[string]string{"SANDBOXD_OPERATOR_KEYS": "op-1, op-2", "SANDBOXD_API_KEYS": "k1:alice"}), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(cfg.OperatorKeys) != "[op-1 op-2]" || cfg.MetricsAddr != "127.0.0.1:0" {
+		t.Fatalf("operator keys %v, metrics addr %q", cfg.OperatorKeys, cfg.MetricsAddr)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		yaml string
+		want string
+	}{
+		{env: map[string]string{"SANDBOXD_OPERATOR_KEYS": "key-one", "SANDBOXD_API_KEYS": "key-one:alice"}, want: `operator_keys[0] "ke*****": is also a key of tenant "alice"`},
+		{env: map[string]string{"SANDBOXD_METRICS_ADDR": "127.0.0.1:8080"}, want: `metrics_addr "127.0.0.1:8080": must differ from addr`},
+		{env: map[string]string{"SANDBOXD_METRICS_ADDR": "9090"}, want: `metrics_addr "9090": want HOST:PORT`},
+		{yaml: "tenants: [{name: '*', api_keys: [k]}]\n", want: `tenants[0].name "*"`},
+	} {
+		fl := serveFlags{Set: map[string]string{"data-dir": "/d"}}
+		if tc.yaml != "" {
+			fl.Config = writeConfig(t, tc.yaml)
+		}
+		if _, err := loadConfig(fl, envMap(tc.env), 1000); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %q: error %v, want %s", tc.env, tc.yaml, err, tc.want)
+		}
+	}
+}
+
+// The compose deployment's configuration loads with the real loader.
+func TestDeployConfig(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig(serveFlags{Config: "../../deploy/sandboxd.yaml"}, envMap(map[string]string{
+		"SANDBOXD_API_KEYS": "k:default", "SANDBOXD_DATA_DIR": "/var/lib/sandboxd-compose",
+		"SANDBOXD_AGENT_PATH": "/var/lib/sandboxd-compose/bin/sandbox-agent",
+	}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsAddr != "0.0.0.0:9464" || cfg.Runner.Name != "docker" {
+		t.Fatalf("metrics_addr %q, runner %q", cfg.MetricsAddr, cfg.Runner.Name)
 	}
 }

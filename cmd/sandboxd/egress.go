@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/job"
@@ -51,15 +52,18 @@ func (e *egressProvider) For(tenant, session string, record func(job.EgressRecor
 
 // protectedAddrs is the set of sandboxd's own addresses that no connection
 // made on a tenant's behalf (egress proxy, http_request) may reach: the
-// API address as configured (a name resolved; the listener's real address
-// joins it once listening) and the runner's daemon (DOCKER_HOST when tcp).
+// API's and the metrics listener's addresses as configured (a name
+// resolved; each listener's real address joins them once listening) and
+// the runner's daemon (DOCKER_HOST when tcp).
 // Every new listener (metrics, replicas) and network dependency (a
 // Postgres store, a Kubernetes API server) must be added here: Add,
 // AddListener, AddHostPort or AddURL.
-func protectedAddrs(ctx context.Context, cfg *Config, r runner.Runner, log *slog.Logger) *netclass.Protected {
+func protectedAddrs(ctx context.Context, cfg *config.Config, r runner.Runner, log *slog.Logger) *netclass.Protected {
 	p := netclass.NewProtected()
-	if err := p.AddHostPort(ctx, "API", cfg.Addr); err != nil {
-		log.Warn("protected addresses", "err", err) // listening fails the same way
+	for name, addr := range map[string]string{"API": cfg.Addr, "metrics": cfg.MetricsAddr} {
+		if err := p.AddHostPort(ctx, name, addr); err != nil {
+			log.Warn("protected addresses", "err", err) // listening fails the same way
+		}
 	}
 	if d, ok := r.(runner.Dependent); ok {
 		for _, u := range d.Dependencies() {

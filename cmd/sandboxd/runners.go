@@ -8,20 +8,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/containerd"
 	"github.com/sandboxd/sandboxd/runner/docker"
 	"github.com/sandboxd/sandboxd/runner/local"
 )
 
-// newRunner creates the configured sandbox backend. closeRunner releases
-// it; call it after the job service has shut down.
-func newRunner(ctx context.Context, cfg *Config, defaults runner.Limits, log *slog.Logger) (r runner.Runner, closeRunner func(), err error) {
+// newRunner creates the configured sandbox backend with limits as the
+// runner's Config.Defaults (see serve). closeRunner releases it; call it
+// after the job service has shut down.
+func newRunner(ctx context.Context, cfg *config.Config, defaults runner.Limits, log *slog.Logger) (r runner.Runner, closeRunner func(), err error) {
 	switch cfg.Runner.Name {
 	case "docker":
 		d := cfg.Runner.Docker
 		dr, err := docker.New(ctx, docker.Config{
 			Host: d.Host, Image: d.Image, AgentPath: d.AgentPath, Runtime: d.Runtime,
+			StateDir: filepath.Join(cfg.DataDir, "docker"),
 			Defaults: defaults,
 			Logger:   log,
 		})
@@ -40,6 +43,7 @@ func newRunner(ctx context.Context, cfg *Config, defaults runner.Limits, log *sl
 		cr, err := containerd.New(ctx, containerd.Config{
 			Address: strings.TrimPrefix(c.Address, "unix://"), Namespace: c.Namespace, Image: c.Image,
 			AgentPath: c.AgentPath, Runtime: c.Runtime,
+			StateDir: filepath.Join(cfg.DataDir, "containerd"),
 			Defaults: defaults,
 			Logger:   log,
 		})
@@ -54,12 +58,20 @@ func newRunner(ctx context.Context, cfg *Config, defaults runner.Limits, log *sl
 			}
 		}, nil
 	case "local", "":
+		l := cfg.Runner.Local
+		for key, path := range map[string]string{"agent_path": l.AgentPath, "launcher_path": l.LauncherPath} {
+			if path == "" {
+				return nil, nil, fmt.Errorf("runner.local.%s: the local runner needs the static sandbox-agent and sandbox-launch binaries, none found next to sandboxd or on PATH (build them with CGO_ENABLED=0 go build -o /usr/local/bin/ ./cmd/sandbox-agent ./cmd/sandbox-launch)", key)
+			}
+		}
 		lr, err := local.New(local.Config{
-			StateDir:  filepath.Join(cfg.DataDir, "run"),
-			Rootfs:    cfg.Runner.Local.Rootfs,
-			AllowWeak: cfg.Runner.Local.AllowWeak,
-			Defaults:  defaults,
-			Logger:    log,
+			StateDir:     filepath.Join(cfg.DataDir, "run"),
+			Rootfs:       l.Rootfs,
+			AllowWeak:    l.AllowWeak,
+			AgentPath:    l.AgentPath,
+			LauncherPath: l.LauncherPath,
+			Defaults:     defaults,
+			Logger:       log,
 		})
 		if err != nil {
 			return nil, nil, err

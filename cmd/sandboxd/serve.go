@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/policy"
-	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/store"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
@@ -40,26 +40,38 @@ const longPollGrace = 2 * time.Second
 // serve wires the store, tools, runner, job service and API, serves until
 // ctx ends, then shuts down: the HTTP server first (no new jobs), then the
 // job service (running jobs get the rest of ShutdownTimeout).
-func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
+func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	dataDir := cfg.DataDir
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	// Before anything reads or changes the data dir: a second process on
+	// it would run crash recovery against the live one's jobs.
+	unlock, err := lockDataDir(dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := store.Open(filepath.Join(dataDir, "sandboxd.db"))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 
+	lim := cfg.Limits.Effective()
 	reg := tools.NewRegistry()
-	if err := builtin.Register(reg, builtin.Options{}); err != nil {
+	if err := builtin.Register(reg, builtin.Options{DefaultExecTimeout: lim.Defaults.Timeout, MaxExecTimeout: lim.Ceilings.Timeout}); err != nil {
 		return err
 	}
 	if err := markIdempotent(reg, cfg.Tools.Idempotent); err != nil {
 		return err
 	}
-	defaults, ceilings := cfg.EffectiveLimits()
-	r, closeRunner, err := newRunner(ctx, cfg, defaults.runner(), log.With("component", "runner"))
+	// The job service resolves every limit of every sandbox it asks for
+	// (config.Limits.Resolve: up to the ceilings). The runners' own Config.
+	// Defaults fill zero fields and, on the container runners, clip larger
+	// ones: they get the ceilings, else a request above a default (and
+	// below its ceiling) would be clipped to the default.
+	r, closeRunner, err := newRunner(ctx, cfg, lim.Ceilings, log.With("component", "runner"))
 	if err != nil {
 		return err
 	}
@@ -82,36 +94,22 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	svc, err := job.New(job.Config{
-		Guard:     guard,
-		Policies:  policies,
-		Egress:    newEgressProvider(proxy, policies, cfg.providerEgress()),
-		Workers:   cfg.Queue.Workers,
-		QueueSize: cfg.Queue.Size,
-		Ceilings:  ceilings.runner(),
-		Defaults:  defaults.runner(),
-		WorkDir:   filepath.Join(dataDir, "workspaces"),
-		HTTP: &tools.HTTPOptions{
-			MaxResponseBytes: cfg.HTTPRequest.MaxResponseBytes,
-			Timeout:          time.Duration(cfg.HTTPRequest.Timeout),
-		},
-		Protected:  protected,
-		Images:     cfg.TenantImages(),
-		RunnerName: cfg.Runner.Name,
-		Sessions: job.SessionConfig{
-			MaxPerTenant: cfg.Sessions.MaxPerTenant,
-			DefaultTTL:   time.Duration(cfg.Sessions.DefaultTTL), MaxTTL: time.Duration(cfg.Sessions.MaxTTL),
-			DefaultIdle:       time.Duration(cfg.Sessions.DefaultIdle),
-			ReapInterval:      time.Duration(cfg.Sessions.ReapInterval),
-			MaxFileBytes:      cfg.Sessions.MaxFileBytes,
-			MaxArchiveBytes:   cfg.Sessions.MaxArchiveBytes,
-			MaxArchiveEntries: cfg.Sessions.MaxArchiveEntries,
-		},
-		Pool:         job.PoolConfig{Size: cfg.EffectivePoolSize(), MaxSandboxes: cfg.Pool.MaxSandboxes},
-		Retention:    cfg.Retention.job(),
-		Logger:       log.With("component", "job"),
-		Metrics:      job.NewMetrics(promReg),
-		Retries:      cfg.Turns.Retries,
-		RetryBackoff: time.Duration(cfg.Turns.RetryBackoff),
+		Queue:       cfg.Queue,
+		Limits:      lim,
+		Sessions:    cfg.Sessions,
+		Pool:        cfg.Pool,
+		HTTPRequest: cfg.HTTPRequest,
+		Retention:   cfg.Retention,
+		Protected:   protected,
+		Images:      cfg.TenantImages(),
+		Guard:       guard,
+		Policies:    policies,
+		Egress:      newEgressProvider(proxy, policies, cfg.ProviderEgress()),
+		WorkDir:     filepath.Join(dataDir, "workspaces"),
+		RunnerName:  cfg.Runner.Name,
+		Logger:      log.With("component", "job"),
+		Metrics:     job.NewMetrics(promReg),
+		Turns:       cfg.Turns,
 	}, st, reg, r)
 	if err != nil {
 		return err
@@ -127,7 +125,7 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		}
 	}
 	reloadOnHUP(ctx, sources.dir, log)
-	sources.prov, err = provider.NewManager(cfg.providerConfigs(), provider.Options{Registry: reg,
+	sources.prov, err = provider.NewManager(providerConfigs(cfg), provider.Options{Registry: reg,
 		Launcher: launcher{svc: svc, log: log.With("component", "provider")}, Protected: protected,
 		Logger: log.With("component", "provider"), Version: versionString()})
 	if err != nil {
@@ -139,20 +137,25 @@ func serve(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	sources.prov.Start()
-	turns := job.NewTurns(svc, job.TurnConfig{Concurrency: cfg.Turns.Concurrency, Keep: time.Duration(cfg.Turns.Keep)})
+	turns := job.NewTurns(svc, job.TurnConfig{})
 
 	handler := api.New(svc, api.Options{
 		Keys:         cfg.APIKeys(),
-		MaxBodyBytes: cfg.API.MaxBodyBytes,
-		MaxWait:      time.Duration(cfg.API.MaxWait),
-		Gatherer:     promReg,
+		OperatorKeys: cfg.OperatorKeys,
+		API:          cfg.API,
+		Dashboard:    promReg,
 		Registerer:   promReg,
 		Logger:       log.With("component", "api"),
 		Version:      versionString(),
 		Turns:        turns,
 		Tools:        sources,
-		AdminTenants: cfg.Admin.Tenants,
 	})
+	stopMetrics, err := serveMetrics(ctx, cfg.MetricsAddr, promReg, protected, log.With("component", "metrics"))
+	if err != nil {
+		_ = svc.Shutdown(context.WithoutCancel(ctx))
+		return err
+	}
+	defer stopMetrics()
 	return listenAndServe(ctx, cfg, log, handler, svc, protected)
 }
 
@@ -163,7 +166,7 @@ type shutdowner interface {
 
 // listenAndServe serves h on cfg.Addr; the listener's address joins
 // protected (its real port, also when cfg.Addr asks for port 0).
-func listenAndServe(ctx context.Context, cfg *Config, log *slog.Logger, h http.Handler, svc shutdowner, protected *netclass.Protected) error {
+func listenAndServe(ctx context.Context, cfg *config.Config, log *slog.Logger, h http.Handler, svc shutdowner, protected *netclass.Protected) error {
 	// Requests run on baseCtx, cancelled during shutdown so that long polls
 	// answer with the current job and event streams end.
 	baseCtx, releaseLongPolls := context.WithCancel(context.WithoutCancel(ctx))
@@ -184,8 +187,8 @@ func listenAndServe(ctx context.Context, cfg *Config, log *slog.Logger, h http.H
 	protected.AddListener("API", ln.Addr())
 	log.Debug("addresses no tenant's traffic may reach", "protected", protected.String())
 	auth := "none (single tenant \"default\", loopback only)"
-	if n := len(cfg.APIKeys()); n > 0 {
-		auth = fmt.Sprintf("%d API keys, %d tenants", n, len(cfg.Tenants))
+	if n := len(cfg.APIKeys()); n > 0 || len(cfg.OperatorKeys) > 0 {
+		auth = fmt.Sprintf("%d API keys, %d tenants, %d operator keys", n, len(cfg.Tenants), len(cfg.OperatorKeys))
 	}
 	log.Info("sandboxd listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir,
 		"runner", cfg.Runner.Name, "auth", auth, "version", versionString())
@@ -223,25 +226,4 @@ func listenAndServe(ctx context.Context, cfg *Config, log *slog.Logger, h http.H
 		return failed
 	}
 	return nil
-}
-
-// job maps the daemon's retention keys (0: no bound) onto the job
-// service's (0: its default, negative: no bound).
-func (r RetentionConfig) job() job.RetentionConfig {
-	off := func(v int64) int64 {
-		if v == 0 {
-			return -1
-		}
-		return v
-	}
-	return job.RetentionConfig{MaxAge: time.Duration(off(int64(r.MaxAge))), MaxBytes: off(r.MaxBytes),
-		Interval: time.Duration(r.Interval)}
-}
-
-func (l LimitValues) runner() runner.Limits {
-	return runner.Limits{
-		MemoryBytes: l.MemoryBytes, PIDs: l.PIDs, CPUMillis: l.CPUMillis,
-		Timeout: time.Duration(l.Timeout), OutputBytes: l.OutputBytes,
-		NoFile: l.NoFile, FileSize: l.FileSizeBytes,
-	}
 }

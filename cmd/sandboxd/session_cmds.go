@@ -130,7 +130,7 @@ const filesUsage = `Usage:
 put uploads a file (a directory is sent as a tar and unpacked at REMOTE);
 REMOTE defaults to LOCAL's base name in the workspace. get downloads a file
 (a directory arrives as a tar and is unpacked into LOCAL); LOCAL defaults
-to REMOTE's base name, "-" is stdout.
+to REMOTE's base name, "-" is stdout (a directory's tar itself).
 `
 
 func cmdFiles(ctx context.Context, args []string, e env) int {
@@ -214,6 +214,13 @@ func cmdFiles(ctx context.Context, args []string, e env) int {
 				return reportError(e, cf.url, err)
 			}
 			defer ar.Close()
+			if local == "-" { // the archive itself, to stdout
+				if _, err := io.Copy(e.stdout, ar); err != nil {
+					fmt.Fprintf(e.stderr, "sandboxd files get: %v\n", err)
+					return exitUnreachable
+				}
+				return exitOK
+			}
 			if err := readTar(ar, local); err != nil {
 				fmt.Fprintf(e.stderr, "sandboxd files get: %v\n", err)
 				return exitToolFailed

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -92,6 +94,28 @@ func TestSessionAndFilesCommands(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(back, "pkg", "a.txt")); string(b) != "A" {
 		t.Fatalf("downloaded dir file %q", b)
+	}
+	// "-" writes a directory's tar to stdout; it creates no directory "-".
+	r = runCLI(t, env, nil, "files", "get", "--session", id, "project", "-")
+	if r.code != 0 {
+		t.Fatalf("files get dir -: %+v", r)
+	}
+	if _, err := os.Stat("-"); err == nil {
+		os.RemoveAll("-")
+		t.Fatal(`files get DIR - created a directory named "-"`)
+	}
+	tr := tar.NewReader(strings.NewReader(r.stdout))
+	names := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		b, _ := io.ReadAll(tr)
+		names[strings.TrimPrefix(h.Name, "./")] = string(b)
+	}
+	if names["pkg/a.txt"] != "A" {
+		t.Fatalf("the tar on stdout holds %v", names)
 	}
 	if r := runCLI(t, env, nil, "files", "put", "--session", id, filepath.Join(local, "out.txt")); r.code != 0 {
 		t.Fatalf("files put file: %+v", r)

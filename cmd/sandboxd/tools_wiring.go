@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/custom"
@@ -43,7 +44,7 @@ func (l launcher) Launch(ctx context.Context, spec provider.LaunchSpec) (provide
 	name := strings.TrimPrefix(spec.Name, "provider-")
 	p, err := l.svc.Launch(ctx, job.LaunchSpec{
 		Name: spec.Name, Args: spec.Args, Env: spec.Env, Effects: spec.Effects, Image: spec.Image,
-		Workspace: spec.Workspace, EgressScope: providerEgressScope(name),
+		Workspace: spec.Workspace, EgressScope: config.ProviderEgressScope(name),
 		Stderr: job.LogWriter(l.log.With("provider", name), "provider stderr"),
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 // BenchmarkContainerd compares, in one run, starting Python through the
@@ -51,7 +52,7 @@ func BenchmarkContainerd(b *testing.B) {
 	b.Run("runner-create-exec-close", func(b *testing.B) {
 		measure(b, func() error {
 			ctx := context.Background()
-			sb, err := r.Create(ctx, runner.SandboxSpec{})
+			sb, err := r.Create(ctx, runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 			if err != nil {
 				return err
 			}
@@ -63,7 +64,7 @@ func BenchmarkContainerd(b *testing.B) {
 		})
 	})
 	b.Run("runner-exec-pooled", func(b *testing.B) {
-		sb, err := r.Create(context.Background(), runner.SandboxSpec{})
+		sb, err := r.Create(context.Background(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -77,7 +78,7 @@ func BenchmarkContainerd(b *testing.B) {
 		})
 	})
 	b.Run("runner-exec-pooled-true", func(b *testing.B) {
-		sb, err := r.Create(context.Background(), runner.SandboxSpec{})
+		sb, err := r.Create(context.Background(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -92,7 +93,7 @@ func BenchmarkContainerd(b *testing.B) {
 		b.Run("runsc-create-exec-close", func(b *testing.B) {
 			measure(b, func() error {
 				ctx := context.Background()
-				sb, err := g.Create(ctx, runner.SandboxSpec{})
+				sb, err := g.Create(ctx, runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 				if err != nil {
 					return err
 				}
@@ -104,7 +105,7 @@ func BenchmarkContainerd(b *testing.B) {
 			})
 		})
 		b.Run("runsc-exec-pooled", func(b *testing.B) {
-			sb, err := g.Create(context.Background(), runner.SandboxSpec{})
+			sb, err := g.Create(context.Background(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -2,7 +2,6 @@ package containerd
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"regexp"
 	"time"
@@ -29,18 +28,6 @@ const (
 	RuntimeRunsc = "runsc"
 )
 
-// Built-in defaults used for any zero field of Config.Defaults (the Docker
-// runner's).
-var builtinDefaults = runner.Limits{
-	MemoryBytes: 512 << 20,
-	PIDs:        256,
-	CPUMillis:   1000,
-	Timeout:     60 * time.Second,
-	OutputBytes: 1 << 20,
-	NoFile:      1024,
-	FileSize:    100 << 20,
-}
-
 // Config configures a containerd Runner.
 type Config struct {
 	// Address is containerd's socket. Default DefaultAddress (the daemon
@@ -61,10 +48,14 @@ type Config struct {
 	// AgentPath is the host path of the static sandbox-agent binary,
 	// bind-mounted read-only into every sandbox as its pid 1. Required.
 	AgentPath string
-	// StateDir holds one host directory per sandbox (its agent socket dir,
-	// mounted at /run/sandboxd, its network namespace, its log). Default
-	// $TMPDIR/sandboxd-containerd. containerd runs on this host and must
-	// see the same path.
+	// StateDir holds this runner's directory (StateDir/<InstanceID>, with
+	// its owner record) and in it one host directory per sandbox (its
+	// agent socket dir, mounted at /run/sandboxd, its network namespace,
+	// its log; hostside.StateRoot). Runners may share it: another's
+	// directory is removed only once its owner is dead. Default
+	// $TMPDIR/sandboxd-containerd; sandboxd uses <data dir>/containerd. It
+	// must leave room for the sockets (108 bytes), and containerd runs on
+	// this host and must see the same path.
 	StateDir string
 	// InstanceID labels the containers this runner owns. Default: random
 	// per process.
@@ -107,27 +98,11 @@ func (c *Config) setDefaults() error {
 	if c.Snapshotter == "" {
 		c.Snapshotter = DefaultSnapshotter
 	}
-	if err := hostside.CompleteConfig("containerd", &c.AgentPath, &c.StateDir, &c.InstanceID); err != nil {
-		return err
-	}
 	if c.RunscBinary == "" {
 		c.RunscBinary = DefaultRunscBinary
 	}
-	if c.TmpBytes == 0 {
-		c.TmpBytes = 64 << 20
-	}
-	if c.TmpBytes < 0 {
-		return fmt.Errorf("containerd: TmpBytes %d is negative", c.TmpBytes)
-	}
-	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = 30 * time.Second
-	}
-	if err := hostside.ValidLimits(c.Defaults); err != nil {
-		return fmt.Errorf("containerd: Defaults: %w", err)
-	}
-	c.Defaults = hostside.MergeLimits(c.Defaults, builtinDefaults)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return nil
+	return hostside.CompleteConfig("containerd", hostside.ConfigFields{
+		AgentPath: &c.AgentPath, StateDir: &c.StateDir, InstanceID: &c.InstanceID, Defaults: &c.Defaults,
+		TmpBytes: &c.TmpBytes, ReconcileInterval: &c.ReconcileInterval, Logger: &c.Logger,
+	})
 }

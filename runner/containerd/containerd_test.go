@@ -42,7 +42,7 @@ func testMain(m *testing.M) int {
 	if os.Getenv(orphanEnv) != "" {
 		return orphanMain()
 	}
-	dir, err := os.MkdirTemp("", "sandboxd-containerd-test-")
+	dir, err := os.MkdirTemp("", "sbd-ctrd-") // short: socket paths live under it
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -124,6 +124,18 @@ func pingDaemon() error {
 	return nil
 }
 
+// shortTempDir is t.TempDir where a test's name would make the sandboxes'
+// socket paths too long (hostside.MaxSocketPath).
+func shortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sbd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 func needContainerd(tb testing.TB) {
 	tb.Helper()
 	if skipReason != "" {
@@ -155,7 +167,7 @@ func newTestRunner(tb testing.TB, cfg Config) *Runner {
 // cgroup, network namespace pin and state dir.
 func (r *Runner) leftovers(id string) []string {
 	var left []string
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
 	if _, err := r.c.ContainerService().Get(ctx, id); err == nil {
 		left = append(left, "container "+id)
@@ -169,7 +181,7 @@ func (r *Runner) leftovers(id string) []string {
 			left = append(left, "cgroup "+p)
 		}
 	}
-	dir := filepath.Join(r.stateRoot(), id)
+	dir := filepath.Join(r.host.State.Dir, id)
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(b), dir) {
 		left = append(left, "mount under "+dir)
 	}
@@ -205,6 +217,7 @@ func TestConformanceRunsc(t *testing.T) {
 		Leftovers:       r.leftovers,
 		DropsPrivileges: true,
 		KillsDaemons:    true,
+		KnownLeaks:      runnertest.GVisorKnownLeaks,
 	})
 }
 
@@ -219,7 +232,7 @@ func orphanMain() int {
 		return 1
 	}
 	ws := os.Getenv("WORKSPACE")
-	sb, err := r.Create(context.Background(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb, err := r.Create(context.Background(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -233,7 +246,7 @@ func orphanMain() int {
 // namespace and state dir, and gives the workspace back.
 func TestReapAfterKill(t *testing.T) {
 	needContainerd(t)
-	state := filepath.Join(t.TempDir(), "state")
+	state := filepath.Join(shortTempDir(t), "state")
 	ws := t.TempDir()
 	os.Chmod(filepath.Dir(ws), 0o755)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -253,7 +266,7 @@ func TestReapAfterKill(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	if fi, _ := os.Stat(ws); fi.Sys().(*syscall.Stat_t).Uid != sandboxUID {
+	if fi, _ := os.Stat(ws); fi.Sys().(*syscall.Stat_t).Uid != hostside.SandboxUID {
 		t.Fatal("workspace not chowned to the sandbox user")
 	}
 	r := newTestRunner(t, Config{StateDir: state, ReconcileInterval: -1})

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,12 +24,13 @@ import (
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 func TestContainerIsolation(t *testing.T) {
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
 	ws := t.TempDir()
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly, Labels: map[string]string{"tenant": "t1"}})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone), Labels: map[string]string{"tenant": "t1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func TestContainerIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := info.Labels
-	if l[LabelManaged] != "true" || l[LabelOwner] != r.cfg.InstanceID || l[LabelSandbox] != sb.ID() || l["tenant"] != "t1" || l[hostside.LabelOwnerProc] != hostside.SelfProc() {
+	if l[hostside.LabelManaged] != "true" || l[hostside.LabelOwner] != r.cfg.InstanceID || l[hostside.LabelSandbox] != sb.ID() || l["tenant"] != "t1" || l[hostside.LabelOwnerProc] != hostside.SelfProc() {
 		t.Errorf("labels %v", l)
 	}
 	if info.Snapshotter != DefaultSnapshotter || info.Runtime.Name != RuntimeRunc {
@@ -52,8 +54,16 @@ func TestContainerIsolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !spec.Root.Readonly || spec.Process.User.UID != sandboxUID || !spec.Process.NoNewPrivileges || len(spec.Process.Capabilities.Bounding) != 0 || spec.Linux.Seccomp == nil {
+	if !spec.Root.Readonly || spec.Process.User.UID != hostside.AgentUID || !spec.Process.NoNewPrivileges || !slices.Equal(spec.Process.Capabilities.Bounding, hostside.AgentCapabilities()) || spec.Linux.Seccomp == nil {
 		t.Errorf("spec root ro %v user %+v nnp %v caps %v seccomp %v", spec.Root.Readonly, spec.Process.User, spec.Process.NoNewPrivileges, spec.Process.Capabilities, spec.Linux.Seccomp != nil)
+	}
+	// The agent as the kernel sees it (runc: the task's pid is the
+	// agent), and its run dir.
+	if err := hostside.VerifyAgentProcess(int(s.cur.task.Pid())); err != nil {
+		t.Error(err)
+	}
+	if err := hostside.VerifyStateDir(s.runDir); err != nil {
+		t.Error(err)
 	}
 	var netns string
 	for _, ns := range spec.Linux.Namespaces {
@@ -97,7 +107,7 @@ func TestLoopbackUsable(t *testing.T) {
 	if !agentHasEgress() {
 		t.Skip("sandbox-agent lacks --egress-listen (egress support not merged yet)")
 	}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress, Egress: refuseEgress{}})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: refuseEgress{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +190,7 @@ func TestEgress(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Close()
 	p := &proxyEgress{}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress, Egress: p})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +239,7 @@ func TestNoOutputLost(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+			sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 			if err != nil {
 				errs <- err
 				return
@@ -268,7 +278,7 @@ func TestDaemonUnavailable(t *testing.T) {
 	ln.Close()
 	for _, addr := range []string{filepath.Join(t.TempDir(), "dead.sock"), stale} {
 		start := time.Now()
-		_, err := New(t.Context(), Config{Address: addr, AgentPath: agentPath, StateDir: t.TempDir()})
+		_, err := New(t.Context(), Config{Address: addr, AgentPath: agentPath, StateDir: shortTempDir(t)})
 		if !errors.Is(err, runner.ErrUnavailable) {
 			t.Fatalf("New with %s: %v, want ErrUnavailable", addr, err)
 		}
@@ -289,7 +299,7 @@ func TestAgentFailsToStart(t *testing.T) {
 	r := newTestRunner(t, Config{AgentPath: bad, ReconcileInterval: -1})
 	start := time.Now()
 	id := "broken-" + hostside.NewID()
-	_, err := r.Create(t.Context(), runner.SandboxSpec{ID: id})
+	_, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), ID: id})
 	if err == nil || !strings.Contains(err.Error(), "agent-is-broken") {
 		t.Fatalf("Create with a broken agent: %v; want the agent's log in the error", err)
 	}
@@ -304,7 +314,7 @@ func TestAgentFailsToStart(t *testing.T) {
 
 func TestTaskDiesMidExec(t *testing.T) {
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +352,7 @@ func TestReap(t *testing.T) {
 	}
 	mk := func(proc string) string {
 		id := "reap-" + hostside.NewID()
-		labels := map[string]string{LabelManaged: "true", LabelOwner: "other-" + hostside.NewID(), LabelSandbox: id, hostside.LabelOwnerProc: proc}
+		labels := map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "other-" + hostside.NewID(), hostside.LabelSandbox: id, hostside.LabelOwnerProc: proc}
 		_, err := r.c.NewContainer(ctx, id, client.WithSnapshotter(DefaultSnapshotter),
 			client.WithNewSnapshotView(id, img, snapshots.WithLabels(labels)),
 			client.WithContainerLabels(labels), client.WithSpec(&specs.Spec{Version: specs.Version, Root: &specs.Root{Path: "rootfs"}}))
@@ -355,15 +365,15 @@ func TestReap(t *testing.T) {
 	deadID, liveID := mk(deadProc), mk(hostside.SelfProc())
 	// A snapshot without a container (crash between the two).
 	lone := "reap-lone-" + hostside.NewID()
-	if _, err := r.c.SnapshotService(DefaultSnapshotter).View(ctx, lone, "", snapshots.WithLabels(map[string]string{LabelManaged: "true", LabelOwner: "x", LabelSandbox: lone, hostside.LabelOwnerProc: deadProc})); err != nil {
+	if _, err := r.c.SnapshotService(DefaultSnapshotter).View(ctx, lone, "", snapshots.WithLabels(map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "x", hostside.LabelSandbox: lone, hostside.LabelOwnerProc: deadProc})); err != nil {
 		t.Fatal(err)
 	}
 	// Our own sandbox, forgotten (as if Close had lost track of it).
-	sb, err := r.Create(ctx, runner.SandboxSpec{})
+	sb, err := r.Create(ctx, runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.forget(sb.ID())
+	r.host.Forget(sb.ID())
 	n, err := r.Reap(ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("Reap = %d, %v; want 2", n, err)
@@ -391,7 +401,7 @@ func TestReap(t *testing.T) {
 // stdout (same uid); the host keeps only a bounded tail, never a file.
 func TestAgentLogBounded(t *testing.T) {
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}

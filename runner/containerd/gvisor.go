@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // gVisor (runsc) as the runtime: Config.Runtime "runsc" runs the runsc
@@ -22,8 +23,9 @@ import (
 //     killing is off (it would kill the gofer); the agent still kills
 //     each Exec's process group.
 //   - The host pids cgroup counts runsc's tasks, so Limits.PIDs is
-//     enforced inside as RLIMIT_NPROC (every sandbox task runs as
-//     sandboxUID), with a host ceiling of gvisorHostPIDs.
+//     enforced inside as RLIMIT_NPROC (hostside.GVisorNProc: every
+//     process of the code runs as sandboxUID), with a host ceiling of
+//     gvisorHostPIDs.
 //   - The host memory cgroup covers the whole sandbox: an allocation past
 //     it kills the Sentry with everything inside. Exec reports that as
 //     OOMKilled and the runner restarts the task with a fresh agent
@@ -62,7 +64,7 @@ func (s *Sandbox) startRevive(l *life) {
 // runner dials that path again. The workspace survives; /tmp, the REPL's
 // state and background processes do not.
 func (s *Sandbox) revive(old *life) error {
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.CreateTimeout)
 	defer cancel()
 	if err := old.stop(ctx); err != nil {
 		return err
@@ -77,7 +79,7 @@ func (s *Sandbox) revive(old *life) error {
 	if err := emptyDir(s.runDir); err != nil {
 		return fmt.Errorf("containerd: clear run dir: %w", err)
 	}
-	if s.spec.Network == runner.NetworkEgress {
+	if s.spec.Isolation.Network == runner.NetworkEgress {
 		if err := s.listenEgress(); err != nil {
 			return fmt.Errorf("containerd: egress: %w", err)
 		}

@@ -49,7 +49,7 @@ func (l *life) logTail() string {
 // to its agent. On failure it leaves no task behind.
 func (s *Sandbox) start(ctx context.Context) (_ *life, err error) {
 	r := s.r
-	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hostside.CreateTimeout)
 	defer cancel()
 	log, err := newAgentLog(s.logPath)
 	if err != nil {
@@ -131,7 +131,7 @@ func (l *life) stop(ctx context.Context) error {
 	if l.client != nil {
 		l.client.Close()
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostside.RemoveTimeout)
 	defer cancel()
 	// A task that already exited refuses a kill (runsc: "sandbox is not
 	// running"): only a failed kill of a live task is an error.

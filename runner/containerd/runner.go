@@ -5,10 +5,10 @@
 // A sandbox is one container in its own containerd namespace (default
 // "sandboxd"): a read-only view snapshot of the image (overlayfs), fresh
 // /tmp and /dev/shm, the workspace bound at /workspace (or not at all), no
-// capabilities, no_new_privs, the tightened seccomp profile of package
-// policy, uid 65534, cgroup limits, and a network namespace with only
-// loopback (created and brought up by the runner, since the sandbox user
-// cannot). The agent binary is bind-mounted read-only from the host and
+// capabilities, no_new_privs, the seccomp profile and masked paths the
+// spec's isolation carries (policy.Compile decides them), uid 65534, cgroup
+// limits, and a network namespace with only loopback (created and brought
+// up by the runner, since the sandbox user cannot). The agent binary is bind-mounted read-only from the host and
 // talks to sandboxd over a unix socket in a per-sandbox host directory
 // (StateDir/<instance>/<id>/run, mounted at /run/sandboxd). Its stdout and
 // stderr go to a log file beside it, read only for error messages: every
@@ -36,7 +36,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
@@ -44,22 +43,6 @@ import (
 var (
 	_ runner.Runner = (*Runner)(nil)
 	_ runner.Reaper = (*Runner)(nil)
-)
-
-// Labels on every managed container and snapshot.
-const (
-	LabelManaged = "sandboxd.managed"
-	LabelOwner   = "sandboxd.owner"
-	LabelSandbox = "sandboxd.sandbox"
-)
-
-// Timeouts of containerd calls: a daemon that does not answer is
-// unavailable, never a hang.
-const (
-	apiTimeout    = 15 * time.Second
-	createTimeout = 60 * time.Second
-	removeTimeout = 30 * time.Second
-	agentTimeout  = 10 * time.Second
 )
 
 // Runner creates containerd sandboxes. Safe for concurrent use.
@@ -70,15 +53,14 @@ type Runner struct {
 	rtOpts  any    // shim options (runc options for runsc)
 	gvisor  bool
 	caps    runner.Capabilities
-	started time.Time
+	// host is what both container runners keep alike: the sandboxes held,
+	// the state dir, orphans, the reconcile loop.
+	host *hostside.Instance
+	// ImageNames implements runner.ImageNamer over cfg.Image.
+	hostside.ImageNames
 
 	mu     sync.Mutex
-	live   map[string]*Sandbox     // by sandbox ID; nil value: being created
 	images map[string]client.Image // unpacked images by normalized name
-
-	stop     context.CancelFunc
-	loopDone chan struct{}
-	closing  sync.Once
 }
 
 // New connects to containerd, checks it and the default image, removes
@@ -92,8 +74,11 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("containerd: client for %q: %w: %w", cfg.Address, runner.ErrUnavailable, err)
 	}
-	r := &Runner{cfg: cfg, c: c, live: map[string]*Sandbox{}, images: map[string]client.Image{}, started: time.Now()}
+	r := &Runner{cfg: cfg, c: c, images: map[string]client.Image{}, ImageNames: hostside.ImageNames{Default: cfg.Image}}
 	if err := r.init(ctx); err != nil {
+		if r.host != nil {
+			r.host.Close(ctx, func() error { return nil })
+		}
 		c.Close()
 		return nil, err
 	}
@@ -101,11 +86,6 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 }
 
 func (r *Runner) init(ctx context.Context) error {
-	for _, gvisor := range []bool{false, true} {
-		if _, err := policy.SeccompOCI(false, gvisor); err != nil {
-			return err
-		}
-	}
 	switch r.cfg.Runtime {
 	case "", "runc", RuntimeRunc:
 		r.runtime = RuntimeRunc
@@ -118,20 +98,18 @@ func (r *Runner) init(ctx context.Context) error {
 	default:
 		r.runtime = r.cfg.Runtime
 	}
-	// 0711: containerd and the sandbox user traverse it; nobody lists it.
-	if err := os.MkdirAll(r.stateRoot(), 0o711); err != nil {
-		return fmt.Errorf("containerd: state dir: %w", err)
+	// A sandbox's sockets are in its directory's run/.
+	var err error
+	if r.host, err = hostside.NewInstance("containerd", r.cfg.StateDir, r.cfg.InstanceID, "run", r.cfg.Logger); err != nil {
+		return err
 	}
-	os.Chmod(r.cfg.StateDir, 0o711)
 	if err := r.probe(ctx); err != nil {
 		return err
 	}
 	if _, err := r.Reap(ctx); err != nil {
-		r.cfg.Logger.Warn("containerd runner: initial reconcile failed", "err", err)
+		r.cfg.Logger.Warn("containerd runner: initial reconcile failed (the reconcile loop retries)", "err", err)
 	}
-	loopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	r.stop, r.loopDone = stop, make(chan struct{})
-	go r.reconcileLoop(loopCtx)
+	r.host.StartReconcile(ctx, r.cfg.ReconcileInterval, r.Reap)
 	return nil
 }
 
@@ -162,19 +140,6 @@ var (
 	_ runner.ImageNamer = (*Runner)(nil)
 )
 
-// DefaultImage implements runner.ImageNamer: the configured image.
-func (r *Runner) DefaultImage() string {
-	if c, err := hostside.CanonicalImageRef(r.cfg.Image); err == nil {
-		return c
-	}
-	return r.cfg.Image
-}
-
-// CanonicalImage implements runner.ImageNamer (hostside.CanonicalImageRef).
-func (r *Runner) CanonicalImage(image string) (string, error) {
-	return hostside.CanonicalImageRef(image)
-}
-
 // Dependencies implements runner.Dependent: containerd's socket.
 func (r *Runner) Dependencies() []string { return []string{"unix://" + r.cfg.Address} }
 
@@ -183,35 +148,12 @@ func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
 
 // Close stops the reconcile loop and closes the client. Open sandboxes are
 // not closed (close them first). Idempotent.
-func (r *Runner) Close(ctx context.Context) error {
-	var err error
-	r.closing.Do(func() {
-		if r.stop != nil {
-			r.stop()
-			select {
-			case <-r.loopDone:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-		}
-		if cerr := r.c.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-		os.Remove(r.stateRoot()) // only once empty: no open sandbox
-	})
-	return err
-}
+func (r *Runner) Close(ctx context.Context) error { return r.host.Close(ctx, r.c.Close) }
 
 // wrap classifies a containerd error: a daemon that cannot be reached or
 // does not answer in time is runner.ErrUnavailable.
 func (r *Runner) wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if unavailable(err) {
-		return fmt.Errorf("containerd: %s: daemon at %s unavailable: %w: %w", op, r.cfg.Address, runner.ErrUnavailable, err)
-	}
-	return fmt.Errorf("containerd: %s: %w", op, err)
+	return hostside.Wrap("containerd", r.cfg.Address, op, err, unavailable)
 }
 
 func unavailable(err error) bool {

@@ -48,7 +48,7 @@ type Sandbox struct {
 }
 
 func newSandbox(r *Runner, spec runner.SandboxSpec, limits runner.Limits) *Sandbox {
-	dir := filepath.Join(r.stateRoot(), spec.ID)
+	dir := r.host.State.Sandbox(spec.ID)
 	return &Sandbox{
 		r: r, id: spec.ID, spec: spec, limits: limits,
 		dir: dir, runDir: filepath.Join(dir, "run"), netns: filepath.Join(dir, "netns"), logPath: filepath.Join(dir, "agent.log"),
@@ -99,14 +99,11 @@ func (s *Sandbox) isClosed() bool {
 
 // Exec implements runner.Sandbox: the agent runs the process.
 func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, error) {
-	if s.isClosed() {
-		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, runner.ErrClosed)
-	}
-	req, onOutput, err := hostside.ExecRequest(p, s.limits, s.spec.WorkspaceMode)
-	if err != nil {
+	if err := hostside.CanExec(ctx, s.id, s.isClosed()); err != nil {
 		return runner.Result{}, err
 	}
-	if err := ctx.Err(); err != nil {
+	req, onOutput, err := hostside.ExecRequest(p, s.limits, s.spec.Isolation.Workspace)
+	if err != nil {
 		return runner.Result{}, err
 	}
 
@@ -122,15 +119,8 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	after := l.cg.Sample()
 	s.endExec(l)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-			return runner.Result{}, ctx.Err()
-		case s.isClosed():
-			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, runner.ErrClosed)
-		}
-		var re *agent.RemoteError
-		if errors.As(err, &re) {
-			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w", s.id, runner.ErrInvalidSpec, err)
+		if err, ok := hostside.ExecError(ctx, s.id, s.isClosed, err); ok {
+			return runner.Result{}, err
 		}
 		if l.hasExited(2*time.Second) && l.cg.Sample().OOMKills > before.OOMKills {
 			// The OOM killer took the agent itself (under gVisor: the
@@ -154,7 +144,7 @@ func (s *Sandbox) killOnProtocolError(l *life) {
 	if !errors.Is(l.client.Err(), agent.ErrProtocol) || s.isClosed() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
 	s.r.cfg.Logger.Warn("containerd runner: agent broke the protocol; killing its sandbox", "sandbox", s.id, "err", l.client.Err())
 	if err := l.task.Kill(ctx, unix.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
@@ -200,32 +190,27 @@ func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
 // Idempotent; later calls wait for the first and return nil. Cleanup runs
 // even if ctx is cancelled, bounded by its own timeout.
 func (s *Sandbox) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		done := s.done
+	return s.r.host.CloseSandbox(ctx, s.id, s.markClosed, func(ctx context.Context) error {
+		s.mu.Lock()
+		reviving := s.reviving
 		s.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
+		if reviving != nil {
+			// It sees closed when done and stops what it started.
+			<-reviving
 		}
-		return nil
-	}
-	s.closed = true
-	s.done = make(chan struct{})
-	reviving := s.reviving
-	s.mu.Unlock()
-	if reviving != nil {
-		// It sees closed when done and stops what it started.
-		<-reviving
-	}
+		return s.destroy(ctx)
+	})
+}
 
-	err := s.destroy(ctx)
-	s.r.forget(s.id)
-	close(s.done)
-	if err != nil {
-		s.r.cfg.Logger.Warn("containerd runner: close sandbox (the reconcile loop retries)", "sandbox", s.id, "err", err)
+// markClosed is hostside.Instance.CloseSandbox's mark.
+func (s *Sandbox) markClosed() (chan struct{}, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return s.done, true
 	}
-	return err
+	s.closed, s.done = true, make(chan struct{})
+	return s.done, false
 }
 
 // destroy removes everything the sandbox has on the host.
@@ -242,7 +227,7 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostside.RemoveTimeout)
 	defer cancel()
 	if s.container != nil {
 		if err := s.container.Delete(cctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {

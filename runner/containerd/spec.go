@@ -10,25 +10,6 @@ import (
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
-// Paths inside the container (those of the Docker runner).
-const (
-	agentBinary = "/run/sandboxd-agent/sandbox-agent"
-	agentDir    = "/run/sandboxd"
-	agentSocket = agentDir + "/agent.sock"
-	sandboxUID  = hostside.SandboxUID
-)
-
-// maskedPaths and readonlyPaths are Docker's defaults: kernel interfaces a
-// container must not read or write.
-var (
-	maskedPaths = []string{
-		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
-		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
-		"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
-	}
-	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
-)
-
 // specInput is everything one sandbox's OCI spec depends on.
 type specInput struct {
 	ID        string
@@ -39,30 +20,25 @@ type specInput struct {
 	RunDir    string // host dir mounted at /run/sandboxd
 	NetnsPath string // host path of the sandbox's network namespace
 	TmpBytes  int64
-	Seccomp   *specs.LinuxSeccomp
-	// GVisor adapts the limits to runsc (see gvisor.go).
+	// GVisor adapts the limits to runsc and takes the gVisor seccomp
+	// profile (see gvisor.go).
 	GVisor bool
-}
-
-// agentArgs is the agent's command line. env -i: runc adds HOME to an
-// environment that lacks it, and the agent passes its own environment to
-// every process.
-func agentArgs(egress bool) []string {
-	args := []string{"/usr/bin/env", "-i", agentBinary, "--socket", agentSocket, "--root", runner.WorkspaceDir}
-	if egress {
-		args = append(args, "--egress-listen", runner.EgressProxyAddr, "--egress-socket", runner.EgressSocketPath)
-	}
-	return args
 }
 
 // buildSpec is the whole isolation of one sandbox as an OCI runtime spec:
 // read-only root, fresh /tmp and /dev/shm, the agent bound read-only, the
-// run dir and the workspace (per WorkspaceMode), every namespace but the
-// user one (the network one prepared by the runner), no capabilities,
-// no_new_privs, uid 65534, cgroup limits, rlimits, masked /proc paths and
-// seccomp. Pure: tests check it without a daemon.
+// run dir and the workspace (per the isolation's workspace mode), every
+// namespace but the user one (the network one prepared by the runner), the
+// agent as uid 0 with only the agent's capabilities (it runs the code as
+// sandboxUID with none), no_new_privs, cgroup limits, rlimits, and the
+// isolation's masked paths and seccomp profile. Pure: tests check it
+// without a daemon.
 func buildSpec(in specInput) *specs.Spec {
-	l := in.Limits
+	l, iso := in.Limits, in.Spec.Isolation
+	seccomp := iso.Seccomp
+	if in.GVisor {
+		seccomp = iso.SeccompGVisor
+	}
 	tmp := fmt.Sprintf("size=%d", in.TmpBytes)
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
@@ -76,10 +52,10 @@ func buildSpec(in specInput) *specs.Spec {
 		// the mount points of the agent and its dir, which runc cannot
 		// create in the read-only root.
 		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=755", "size=1m"}},
-		{Destination: agentBinary, Type: "bind", Source: in.AgentPath, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}},
-		{Destination: agentDir, Type: "bind", Source: in.RunDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec", "rprivate"}},
+		{Destination: hostside.AgentBinary, Type: "bind", Source: in.AgentPath, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}},
+		{Destination: hostside.AgentDir, Type: "bind", Source: in.RunDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec", "rprivate"}},
 	}
-	switch in.Spec.WorkspaceMode {
+	switch iso.Workspace {
 	case runner.WorkspaceReadOnly:
 		mounts = append(mounts, specs.Mount{Destination: runner.WorkspaceDir, Type: "bind", Source: in.Spec.Workspace, Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"}})
 	case runner.WorkspaceReadWrite:
@@ -94,7 +70,8 @@ func buildSpec(in specInput) *specs.Spec {
 	}
 	if in.GVisor {
 		pids = gvisorHostPIDs(l.PIDs)
-		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Soft: uint64(l.PIDs), Hard: uint64(l.PIDs)})
+		nproc := uint64(hostside.GVisorNProc(l.PIDs))
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Soft: nproc, Hard: nproc})
 	}
 	period := uint64(100_000)
 	quota := l.CPUMillis * int64(period) / 1000
@@ -103,15 +80,18 @@ func buildSpec(in specInput) *specs.Spec {
 		Hostname: "sandbox",
 		Root:     &specs.Root{Path: "rootfs", Readonly: true},
 		Process: &specs.Process{
-			Args: agentArgs(in.Spec.Network == runner.NetworkEgress),
+			Args: hostside.AgentArgs(iso.Network == runner.NetworkEgress),
 			// The agent adds PATH and passes each Exec only what it
 			// asks for.
 			Env:             []string{},
 			Cwd:             "/",
-			User:            specs.User{UID: sandboxUID, GID: sandboxUID},
+			User:            specs.User{UID: hostside.AgentUID, GID: hostside.AgentGID},
 			NoNewPrivileges: true,
-			Capabilities:    &specs.LinuxCapabilities{Bounding: []string{}, Effective: []string{}, Permitted: []string{}, Inheritable: []string{}, Ambient: []string{}},
-			Rlimits:         rlimits,
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: hostside.AgentCapabilities(), Effective: hostside.AgentCapabilities(), Permitted: hostside.AgentCapabilities(),
+				Inheritable: []string{}, Ambient: []string{},
+			},
+			Rlimits: rlimits,
 		},
 		Mounts: mounts,
 		Linux: &specs.Linux{
@@ -129,9 +109,9 @@ func buildSpec(in specInput) *specs.Spec {
 				Pids:    &specs.LinuxPids{Limit: &pids},
 				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
 			},
-			MaskedPaths:   append([]string(nil), maskedPaths...),
-			ReadonlyPaths: append([]string(nil), readonlyPaths...),
-			Seccomp:       in.Seccomp,
+			MaskedPaths:   append([]string(nil), iso.MaskedPaths...),
+			ReadonlyPaths: append([]string(nil), iso.ReadonlyPaths...),
+			Seccomp:       seccomp,
 		},
 	}
 }

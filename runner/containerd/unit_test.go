@@ -5,22 +5,19 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 func TestBuildSpec(t *testing.T) {
 	t.Parallel()
-	sc, err := policy.SeccompOCI(false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		mode   runner.WorkspaceMode
 		net    runner.NetworkMode
@@ -32,20 +29,25 @@ func TestBuildSpec(t *testing.T) {
 		{runner.WorkspaceReadWrite, runner.NetworkEgress, "rw", true},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
-			l := builtinDefaults
+			l := hostside.DefaultLimits
 			s := buildSpec(specInput{
-				ID: "sb1", Namespace: "ns", Spec: runner.SandboxSpec{Workspace: "/w", WorkspaceMode: tc.mode, Network: tc.net},
-				Limits: l, AgentPath: "/opt/agent", RunDir: "/state/sb1/run", NetnsPath: "/state/sb1/netns", TmpBytes: 1 << 20, Seccomp: sc,
+				ID: "sb1", Namespace: "ns", Spec: runner.SandboxSpec{Workspace: "/w", Isolation: runnertest.Isolation(tc.mode, tc.net)},
+				Limits: l, AgentPath: "/opt/agent", RunDir: "/state/sb1/run", NetnsPath: "/state/sb1/netns", TmpBytes: 1 << 20,
 			})
 			p := s.Process
-			if p.User.UID != sandboxUID || p.User.GID != sandboxUID || !p.NoNewPrivileges {
+			// The agent: uid 0 with its capabilities only; the code's
+			// uid is on its command line.
+			if p.User.UID != 0 || p.User.GID != 0 || !p.NoNewPrivileges {
 				t.Errorf("user %+v nnp %v", p.User, p.NoNewPrivileges)
 			}
-			c := p.Capabilities
-			if len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) != 0 {
+			c, agentCaps := p.Capabilities, []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"}
+			if !slices.Equal(c.Bounding, agentCaps) || !slices.Equal(c.Effective, agentCaps) || !slices.Equal(c.Permitted, agentCaps) || len(c.Inheritable)+len(c.Ambient) != 0 {
 				t.Errorf("capabilities %+v", c)
 			}
-			if len(p.Env) != 0 || p.Args[0] != "/usr/bin/env" || p.Args[1] != "-i" || p.Args[2] != agentBinary {
+			if !strings.Contains(strings.Join(p.Args, " "), "--uid 65534 --gid 65534") {
+				t.Errorf("args %v: the code's uid and gid missing", p.Args)
+			}
+			if len(p.Env) != 0 || p.Args[0] != "/usr/bin/env" || p.Args[1] != "-i" || p.Args[2] != hostside.AgentBinary {
 				t.Errorf("env %v args %v", p.Env, p.Args)
 			}
 			if got := slices.Contains(p.Args, "--egress-listen"); got != tc.egress {
@@ -58,7 +60,7 @@ func TestBuildSpec(t *testing.T) {
 			for _, m := range s.Mounts {
 				mounts[m.Destination] = m.Options
 			}
-			for dst, opt := range map[string]string{agentBinary: "ro", agentDir: "rw", "/tmp": "size=1048576", "/dev/shm": "size=1048576", "/sys": "ro"} {
+			for dst, opt := range map[string]string{hostside.AgentBinary: "ro", hostside.AgentDir: "rw", "/tmp": "size=1048576", "/dev/shm": "size=1048576", "/sys": "ro"} {
 				if !slices.Contains(mounts[dst], opt) {
 					t.Errorf("mount %s options %v, want %s", dst, mounts[dst], opt)
 				}
@@ -93,8 +95,13 @@ func TestBuildSpec(t *testing.T) {
 			if !slices.Contains(lin.MaskedPaths, "/proc/kcore") || !slices.Contains(lin.ReadonlyPaths, "/proc/sys") {
 				t.Errorf("masked %v readonly %v", lin.MaskedPaths, lin.ReadonlyPaths)
 			}
-			if lin.Seccomp != sc {
-				t.Error("seccomp profile not the policy's")
+			iso := runnertest.Isolation(tc.mode, tc.net)
+			if lin.Seccomp != iso.Seccomp || !slices.Equal(lin.MaskedPaths, iso.MaskedPaths) || !slices.Equal(lin.ReadonlyPaths, iso.ReadonlyPaths) {
+				t.Error("seccomp profile or masked paths not the isolation's")
+			}
+			gv := buildSpec(specInput{ID: "sb1", Namespace: "ns", Spec: runner.SandboxSpec{Workspace: "/w", Isolation: iso}, Limits: l, GVisor: true})
+			if gv.Linux.Seccomp != iso.SeccompGVisor {
+				t.Error("gVisor sandbox without the isolation's gVisor profile")
 			}
 			rl := map[string]uint64{}
 			for _, r := range p.Rlimits {
@@ -109,8 +116,8 @@ func TestBuildSpec(t *testing.T) {
 
 func TestMergeLimits(t *testing.T) {
 	t.Parallel()
-	got := hostside.MergeLimits(runner.Limits{MemoryBytes: 1 << 40, PIDs: 10}, builtinDefaults)
-	if got.MemoryBytes != builtinDefaults.MemoryBytes || got.PIDs != 10 || got.Timeout != time.Minute {
+	got := hostside.MergeLimits(runner.Limits{MemoryBytes: 1 << 40, PIDs: 10}, hostside.DefaultLimits)
+	if got.MemoryBytes != hostside.DefaultLimits.MemoryBytes || got.PIDs != 10 || got.Timeout != time.Minute {
 		t.Errorf("mergeLimits = %+v", got)
 	}
 }
@@ -180,29 +187,6 @@ func TestNetns(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("netns pin still there: %v", err)
-	}
-}
-
-func TestOrphan(t *testing.T) {
-	t.Parallel()
-	r := &Runner{cfg: Config{InstanceID: "me"}, live: map[string]*Sandbox{"held": nil}, started: time.Now()}
-	old, recent := time.Now().Add(-time.Hour), time.Now()
-	for _, tc := range []struct {
-		name    string
-		labels  map[string]string
-		created time.Time
-		want    bool
-	}{
-		{"ours, held", map[string]string{LabelOwner: "me", LabelSandbox: "held"}, old, false},
-		{"ours, not held", map[string]string{LabelOwner: "me", LabelSandbox: "gone"}, recent, true},
-		{"other, live owner", map[string]string{LabelOwner: "x", hostside.LabelOwnerProc: hostside.SelfProc()}, old, false},
-		{"other, dead owner, recent", map[string]string{LabelOwner: "x", hostside.LabelOwnerProc: "999999999:1"}, recent, true},
-		{"other, unknown owner, old", map[string]string{LabelOwner: "x"}, old, true},
-		{"other, unknown owner, recent", map[string]string{LabelOwner: "x"}, recent, false},
-	} {
-		if got := r.orphan(tc.labels, tc.created); got != tc.want {
-			t.Errorf("%s: orphan = %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }
 

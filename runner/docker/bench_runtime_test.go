@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 // BenchmarkRuntime compares runc (the daemon default) with gVisor (runsc),
@@ -39,7 +40,7 @@ func BenchmarkRuntime(b *testing.B) {
 
 func benchRuntime(b *testing.B, r *Runner) {
 	ctx := context.Background()
-	sb, err := r.Create(ctx, runner.SandboxSpec{})
+	sb, err := r.Create(ctx, runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func benchRuntime(b *testing.B, r *Runner) {
 	})
 	b.Run("create-exec-close", func(b *testing.B) {
 		measure(b, func() error {
-			sb, err := r.Create(ctx, runner.SandboxSpec{})
+			sb, err := r.Create(ctx, runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 // BenchmarkDocker compares, in one run, starting Python through the docker
@@ -36,7 +37,7 @@ func BenchmarkDocker(b *testing.B) {
 	b.Run("runner-create-exec-close", func(b *testing.B) {
 		measure(b, func() error {
 			ctx := context.Background()
-			sb, err := r.Create(ctx, runner.SandboxSpec{})
+			sb, err := r.Create(ctx, runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 			if err != nil {
 				return err
 			}
@@ -48,7 +49,7 @@ func BenchmarkDocker(b *testing.B) {
 		})
 	})
 	b.Run("runner-exec", func(b *testing.B) {
-		sb, err := r.Create(context.Background(), runner.SandboxSpec{})
+		sb, err := r.Create(context.Background(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,8 +1,6 @@
 package docker
 
 import (
-	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -13,17 +11,6 @@ import (
 
 // DefaultImage is the image of a sandbox whose spec names none.
 const DefaultImage = "sandboxd/python:latest"
-
-// Built-in defaults used for any zero field of Config.Defaults.
-var builtinDefaults = runner.Limits{
-	MemoryBytes: 512 << 20,
-	PIDs:        256,
-	CPUMillis:   1000,
-	Timeout:     60 * time.Second,
-	OutputBytes: 1 << 20,
-	NoFile:      1024,
-	FileSize:    100 << 20,
-}
 
 // Config configures a Docker Runner.
 type Config struct {
@@ -36,14 +23,18 @@ type Config struct {
 	// AgentPath is the host path of the static sandbox-agent binary,
 	// bind-mounted read-only into every sandbox as its pid 1. Required.
 	AgentPath string
-	// StateDir holds one host directory per sandbox, mounted at
-	// /run/sandboxd for the agent's socket. Default
-	// $TMPDIR/sandboxd-docker. The Docker daemon must see the same path
-	// (it runs on this host).
+	// StateDir holds this runner's directory (StateDir/<InstanceID>, with
+	// its owner record) and in it one host directory per sandbox, mounted
+	// at /run/sandboxd for the agent's socket (hostside.StateRoot).
+	// Runners may share it: another's directory is removed only once its
+	// owner is dead. Default $TMPDIR/sandboxd-docker; sandboxd uses
+	// <data dir>/docker. It must leave room for the sockets (108 bytes),
+	// and the Docker daemon must see the same path (it runs on this host).
 	StateDir string
 	// InstanceID labels the containers this runner owns. Reconcile removes
-	// managed containers with another owner that predate this runner.
-	// Default: random per process.
+	// managed containers of this instance that no open sandbox holds and
+	// those of other owners whose process is dead. Default: random per
+	// process.
 	InstanceID string
 	// Runtime is the OCI runtime ("" = the daemon default, runc). runsc
 	// (gVisor) needs --host-uds=all in its runtime args for the agent
@@ -70,24 +61,8 @@ func (c *Config) setDefaults() error {
 	if c.Image == "" {
 		c.Image = DefaultImage
 	}
-	if err := hostside.CompleteConfig("docker", &c.AgentPath, &c.StateDir, &c.InstanceID); err != nil {
-		return err
-	}
-	if c.TmpBytes == 0 {
-		c.TmpBytes = 64 << 20
-	}
-	if c.TmpBytes < 0 {
-		return fmt.Errorf("docker: TmpBytes %d is negative", c.TmpBytes)
-	}
-	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = 30 * time.Second
-	}
-	if err := hostside.ValidLimits(c.Defaults); err != nil {
-		return fmt.Errorf("docker: Defaults: %w", err)
-	}
-	c.Defaults = hostside.MergeLimits(c.Defaults, builtinDefaults)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return nil
+	return hostside.CompleteConfig("docker", hostside.ConfigFields{
+		AgentPath: &c.AgentPath, StateDir: &c.StateDir, InstanceID: &c.InstanceID, Defaults: &c.Defaults,
+		TmpBytes: &c.TmpBytes, ReconcileInterval: &c.ReconcileInterval, Logger: &c.Logger,
+	})
 }

@@ -5,87 +5,62 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/pkg/stdcopy"
-	"github.com/docker/go-units"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
-// Paths inside the container.
-const (
-	agentBinary = "/run/sandboxd-agent/sandbox-agent"
-	agentDir    = "/run/sandboxd"
-	agentSocket = agentDir + "/agent.sock"
-	sandboxUID  = hostside.SandboxUID
-)
-
 // Create implements runner.Runner: it creates and starts the container and
 // waits until the agent inside answers. On any failure nothing is left
 // behind.
 func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.Sandbox, err error) {
-	if err := ctx.Err(); err != nil {
+	if !r.caps.Seccomp || !r.caps.Cgroups {
+		return nil, fmt.Errorf("create sandbox: daemon at %s lacks seccomp or cgroup limits: %w", r.cfg.Host, runner.ErrUnsupported)
+	}
+	// The ID stays reserved until Close, so the reconcile loop leaves the
+	// half-made sandbox alone.
+	limits, err := r.host.Reserve(ctx, &spec, r.cfg.Defaults)
+	if err != nil {
 		return nil, err
 	}
-	if err := r.checkSpec(&spec); err != nil {
-		return nil, err
-	}
-	limits := hostside.MergeLimits(spec.Limits, r.cfg.Defaults)
-
-	// Reserve the ID so the reconcile loop leaves the half-made sandbox alone.
-	r.mu.Lock()
-	if _, dup := r.live[spec.ID]; dup {
-		r.mu.Unlock()
-		return nil, fmt.Errorf("create sandbox: id %q already in use: %w", spec.ID, runner.ErrInvalidSpec)
-	}
-	r.live[spec.ID] = nil
-	r.mu.Unlock()
-
-	s := &Sandbox{r: r, id: spec.ID, spec: spec, limits: limits, stateDir: filepath.Join(r.stateRoot(), spec.ID)}
+	s := &Sandbox{r: r, id: spec.ID, spec: spec, limits: limits, stateDir: r.host.State.Sandbox(spec.ID)}
 	defer func() {
 		if err != nil {
-			if cerr := s.destroy(ctx); cerr != nil {
-				r.cfg.Logger.Warn("docker runner: cleanup after failed create", "sandbox", spec.ID, "err", cerr)
-			}
-			r.forget(spec.ID)
+			r.host.Abort(ctx, spec.ID, s.destroy)
 		}
 	}()
 
-	if err := os.Mkdir(s.stateDir, 0o700); err != nil {
+	if err := hostside.MakeStateDir(s.stateDir); err != nil {
 		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
 	}
-	if err := os.Chown(s.stateDir, sandboxUID, sandboxUID); err != nil {
-		return nil, fmt.Errorf("create sandbox: state dir: %w", err)
-	}
-	if spec.Network == runner.NetworkEgress {
+	if spec.Isolation.Network == runner.NetworkEgress {
 		if err := s.startEgress(); err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
 	}
 
-	cfg, hc := r.containerConfig(spec, limits, s.stateDir)
-	// The sandbox user must be able to write a read-write workspace.
-	owner, err := hostside.WorkspaceOwner(spec)
+	cfg, hc, err := r.containerConfig(spec, limits, s.stateDir)
 	if err != nil {
-		return nil, fmt.Errorf("create sandbox: workspace: %w", err)
+		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	if owner != "" {
-		cfg.Labels[hostside.LabelWorkspace], cfg.Labels[hostside.LabelWorkspaceOwner] = spec.Workspace, owner
-		s.labels = cfg.Labels
+	// The sandbox user must be able to write a read-write workspace.
+	owner, err := hostside.MarkWorkspace(spec, cfg.Labels)
+	if err != nil {
+		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	s.labels = cfg.Labels
+	cctx, cancel := context.WithTimeout(ctx, hostside.CreateTimeout)
 	defer cancel()
-	resp, err := r.api.ContainerCreate(cctx, cfg, hc, nil, nil, "sandboxd-"+spec.ID)
+	resp, err := r.api.ContainerCreate(cctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: "sandboxd-" + spec.ID})
 	if err != nil {
 		if errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("create sandbox: image %q: %w: %w", cfg.Image, runner.ErrInvalidSpec, err)
@@ -93,15 +68,13 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, hostside.CtxOr(ctx, r.wrap("create container", err))
 	}
 	s.containerID = resp.ID
-	if owner != "" {
-		if err := os.Chown(spec.Workspace, sandboxUID, sandboxUID); err != nil {
-			return nil, fmt.Errorf("create sandbox: make workspace writable: %w", err)
-		}
+	if err := hostside.ChownWorkspace(spec, owner); err != nil {
+		return nil, err
 	}
-	if err := r.api.ContainerStart(cctx, resp.ID, container.StartOptions{}); err != nil {
+	if _, err := r.api.ContainerStart(cctx, resp.ID, client.ContainerStartOptions{}); err != nil {
 		return nil, hostside.CtxOr(ctx, r.wrap("start container", err))
 	}
-	if insp, err := r.api.ContainerInspect(cctx, resp.ID); err == nil && insp.State != nil {
+	if insp, err := r.inspect(cctx, resp.ID); err == nil && insp.State != nil {
 		s.cg = hostside.FindCgroup(insp.State.Pid) // nil when not readable here
 	}
 
@@ -115,17 +88,13 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	}
 	s.client = cl
 	go s.killOnProtocolError()
-
-	r.mu.Lock()
-	r.live[spec.ID] = s
-	r.mu.Unlock()
 	return s, nil
 }
 
 // dialAgent connects to the agent (hostside.DialAgent), giving up as soon
 // as the container has exited.
 func (r *Runner) dialAgent(ctx context.Context, s *Sandbox) (*agent.Client, error) {
-	return hostside.DialAgent(ctx, filepath.Join(s.stateDir, "agent.sock"), agentTimeout, func(ctx context.Context, stop func(error)) {
+	return hostside.DialAgent(ctx, filepath.Join(s.stateDir, "agent.sock"), hostside.AgentTimeout, func(ctx context.Context, stop func(error)) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -134,7 +103,7 @@ func (r *Runner) dialAgent(ctx context.Context, s *Sandbox) (*agent.Client, erro
 				return
 			case <-t.C:
 			}
-			insp, err := r.api.ContainerInspect(ctx, s.containerID)
+			insp, err := r.inspect(ctx, s.containerID)
 			if err == nil && insp.State != nil && !insp.State.Running {
 				stop(fmt.Errorf("container exited with %d", insp.State.ExitCode))
 				return
@@ -143,36 +112,21 @@ func (r *Runner) dialAgent(ctx context.Context, s *Sandbox) (*agent.Client, erro
 	})
 }
 
-func (r *Runner) checkSpec(spec *runner.SandboxSpec) error {
-	if err := hostside.CheckSpec(spec); err != nil {
-		return err
-	}
-	if !r.caps.Seccomp || !r.caps.Cgroups {
-		return fmt.Errorf("create sandbox: daemon at %s lacks seccomp or cgroup limits: %w", r.cfg.Host, runner.ErrUnsupported)
-	}
-	return nil
-}
-
 // containerConfig is the whole isolation of one sandbox.
-func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, stateDir string) (*container.Config, *container.HostConfig) {
-	labels := maps.Clone(spec.Labels)
-	if labels == nil {
-		labels = map[string]string{}
+func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, stateDir string) (*container.Config, *container.HostConfig, error) {
+	iso := spec.Isolation
+	seccomp, err := r.seccompOpt(iso)
+	if err != nil {
+		return nil, nil, err
 	}
-	labels[LabelManaged] = "true"
-	labels[LabelOwner] = r.cfg.InstanceID
-	if hostside.SelfProc() != "" {
-		labels[hostside.LabelOwnerProc] = hostside.SelfProc()
-	}
-	labels[LabelSandbox] = spec.ID
+	labels := r.host.Labels(spec)
 	image := spec.Image
 	if image == "" {
 		image = r.cfg.Image
 	}
-	uid := strconv.Itoa(sandboxUID)
 	cfg := &container.Config{
 		Image:    image,
-		User:     uid + ":" + uid,
+		User:     fmt.Sprintf("%d:%d", hostside.AgentUID, hostside.AgentGID), // the agent; it runs the code as sandboxUID
 		Hostname: "sandbox",
 		// env -i: the agent passes its own environment to every process,
 		// and Docker always adds HOSTNAME, HOME and the image's ENV.
@@ -183,14 +137,14 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		Env:        []string{},
 	}
 	mounts := []mount.Mount{
-		{Type: mount.TypeBind, Source: r.cfg.AgentPath, Target: agentBinary, ReadOnly: true,
+		{Type: mount.TypeBind, Source: r.cfg.AgentPath, Target: hostside.AgentBinary, ReadOnly: true,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
-		{Type: mount.TypeBind, Source: stateDir, Target: agentDir,
+		{Type: mount.TypeBind, Source: stateDir, Target: hostside.AgentDir,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
 	}
-	if spec.WorkspaceMode != runner.WorkspaceNone {
+	if iso.Workspace != runner.WorkspaceNone {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: spec.Workspace, Target: runner.WorkspaceDir,
-			ReadOnly: spec.WorkspaceMode == runner.WorkspaceReadOnly, BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
+			ReadOnly: iso.Workspace == runner.WorkspaceReadOnly, BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
 	}
 	tmp := fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", r.cfg.TmpBytes)
 	noInit := false
@@ -202,8 +156,11 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		Tmpfs:          map[string]string{"/tmp": tmp},
 		ShmSize:        r.cfg.TmpBytes,
 		ReadonlyRootfs: true,
+		CapAdd:         hostside.AgentCapabilities(), // the agent's; ALL others dropped
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + r.seccompFor(spec)},
+		SecurityOpt:    []string{"no-new-privileges", seccomp},
+		MaskedPaths:    append([]string(nil), iso.MaskedPaths...),
+		ReadonlyPaths:  append([]string(nil), iso.ReadonlyPaths...),
 		Init:           &noInit,
 		AutoRemove:     false,
 		Runtime:        r.cfg.Runtime,
@@ -213,7 +170,7 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 			MemorySwap: l.MemoryBytes,
 			PidsLimit:  &pids,
 			NanoCPUs:   l.CPUMillis * 1_000_000,
-			Ulimits: []*units.Ulimit{
+			Ulimits: []*container.Ulimit{
 				{Name: "nofile", Soft: l.NoFile, Hard: l.NoFile},
 				{Name: "fsize", Soft: l.FileSize, Hard: l.FileSize},
 				{Name: "core", Soft: 0, Hard: 0},
@@ -221,7 +178,7 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 		},
 	}
 	r.applyGVisor(hc, l)
-	return cfg, hc
+	return cfg, hc, nil
 }
 
 // logsTail returns the last lines the container wrote, for error messages.
@@ -229,10 +186,10 @@ func (r *Runner) logsTail(ctx context.Context, id string) string {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var state string
-	if insp, err := r.api.ContainerInspect(cctx, id); err == nil && insp.State != nil {
+	if insp, err := r.inspect(cctx, id); err == nil && insp.State != nil {
 		state = fmt.Sprintf("container state %s exit %d oom %v error %q", insp.State.Status, insp.State.ExitCode, insp.State.OOMKilled, insp.State.Error)
 	}
-	rc, err := r.api.ContainerLogs(cctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	rc, err := r.api.ContainerLogs(cctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
 	if err != nil {
 		return state + "; logs unavailable: " + err.Error()
 	}

@@ -7,13 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
@@ -59,14 +59,14 @@ func testMain(m *testing.M) int {
 }
 
 func pingDaemon() error {
-	c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := c.Ping(ctx); err != nil {
+	if _, err := c.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		return err
 	}
 	_, err = c.ImageInspect(ctx, testImage)
@@ -106,17 +106,17 @@ func newTestRunner(tb testing.TB, cfg Config) *Runner {
 // leftovers lists containers of sandbox id and its state dir.
 func (r *Runner) leftovers(id string) []string {
 	var left []string
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
-	list, err := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelSandbox+"="+id))})
+	list, err := r.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", hostside.LabelSandbox+"="+id)})
 	if err != nil {
 		return []string{"list containers: " + err.Error()}
 	}
-	for _, c := range list {
-		left = append(left, "container "+c.ID[:12]+" "+c.State)
+	for _, c := range list.Items {
+		left = append(left, "container "+c.ID[:12]+" "+string(c.State))
 	}
-	if _, err := os.Stat(filepath.Join(r.stateRoot(), id)); err == nil {
-		left = append(left, "state dir "+filepath.Join(r.stateRoot(), id))
+	if _, err := os.Stat(filepath.Join(r.host.State.Dir, id)); err == nil {
+		left = append(left, "state dir "+filepath.Join(r.host.State.Dir, id))
 	}
 	return left
 }
@@ -134,7 +134,7 @@ func TestConformance(t *testing.T) {
 func TestContainerIsolation(t *testing.T) {
 	r := newTestRunner(t, Config{})
 	ws := t.TempDir()
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly, Labels: map[string]string{"tenant": "t1"}})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone), Labels: map[string]string{"tenant": "t1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestContainerIsolation(t *testing.T) {
 	if err := sb.(*Sandbox).Agent().Ping(t.Context()); err != nil {
 		t.Fatalf("agent ping: %v", err)
 	}
-	insp, err := r.api.ContainerInspect(t.Context(), sb.(*Sandbox).ContainerID())
+	insp, err := r.inspect(t.Context(), sb.(*Sandbox).ContainerID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,14 +150,22 @@ func TestContainerIsolation(t *testing.T) {
 	if !hc.ReadonlyRootfs {
 		t.Error("root fs is writable")
 	}
-	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || len(hc.CapAdd) != 0 {
-		t.Errorf("CapDrop %v CapAdd %v", hc.CapDrop, hc.CapAdd)
+	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || !slices.Equal(hc.CapAdd, hostside.AgentCapabilities()) {
+		t.Errorf("CapDrop %v CapAdd %v, want ALL and %v", hc.CapDrop, hc.CapAdd, hostside.AgentCapabilities())
 	}
 	if string(hc.NetworkMode) != "none" {
 		t.Errorf("NetworkMode %q", hc.NetworkMode)
 	}
-	if insp.Config.User != "65534:65534" {
-		t.Errorf("User %q", insp.Config.User)
+	if insp.Config.User != "0:0" {
+		t.Errorf("User %q, want the agent's 0:0", insp.Config.User)
+	}
+	// The agent as the kernel sees it (runc: the container's pid is the
+	// agent), and its state dir.
+	if err := hostside.VerifyAgentProcess(insp.State.Pid); err != nil {
+		t.Error(err)
+	}
+	if err := hostside.VerifyStateDir(sb.(*Sandbox).stateDir); err != nil {
+		t.Error(err)
 	}
 	var nnp, seccomp bool
 	for _, o := range hc.SecurityOpt {
@@ -165,7 +173,8 @@ func TestContainerIsolation(t *testing.T) {
 		case o == "no-new-privileges":
 			nnp = true
 		case strings.HasPrefix(o, "seccomp="):
-			seccomp = strings.TrimPrefix(o, "seccomp=") == r.seccomp && strings.Contains(o, `"defaultAction": "SCMP_ACT_ERRNO"`)
+			want, _ := seccompJSON(runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone).Seccomp)
+			seccomp = strings.TrimPrefix(o, "seccomp=") == want && strings.Contains(o, `"defaultAction":"SCMP_ACT_ERRNO"`)
 		}
 	}
 	if !nnp || !seccomp {
@@ -174,14 +183,14 @@ func TestContainerIsolation(t *testing.T) {
 	if hc.Privileged || hc.PidMode != "" || hc.IpcMode != "private" || hc.Init == nil || *hc.Init {
 		t.Errorf("Privileged %v PidMode %q IpcMode %q Init %v", hc.Privileged, hc.PidMode, hc.IpcMode, hc.Init)
 	}
-	if hc.Memory != builtinDefaults.MemoryBytes || hc.MemorySwap != hc.Memory || hc.PidsLimit == nil || *hc.PidsLimit != builtinDefaults.PIDs || hc.NanoCPUs != 1e9 {
+	if hc.Memory != hostside.DefaultLimits.MemoryBytes || hc.MemorySwap != hc.Memory || hc.PidsLimit == nil || *hc.PidsLimit != hostside.DefaultLimits.PIDs || hc.NanoCPUs != 1e9 {
 		t.Errorf("Memory %d swap %d pids %v cpus %d", hc.Memory, hc.MemorySwap, hc.PidsLimit, hc.NanoCPUs)
 	}
 	targets := map[string]bool{}
 	for _, m := range insp.Mounts {
 		targets[m.Destination] = m.RW
 	}
-	want := map[string]bool{agentBinary: false, agentDir: true, runner.WorkspaceDir: false}
+	want := map[string]bool{hostside.AgentBinary: false, hostside.AgentDir: true, runner.WorkspaceDir: false}
 	if len(targets) != len(want) {
 		t.Errorf("mounts %v, want %v", targets, want)
 	}
@@ -191,32 +200,37 @@ func TestContainerIsolation(t *testing.T) {
 		}
 	}
 	l := insp.Config.Labels
-	if l[LabelManaged] != "true" || l[LabelOwner] != r.cfg.InstanceID || l[LabelSandbox] != sb.ID() || l["tenant"] != "t1" {
+	if l[hostside.LabelManaged] != "true" || l[hostside.LabelOwner] != r.cfg.InstanceID || l[hostside.LabelSandbox] != sb.ID() || l["tenant"] != "t1" {
 		t.Errorf("labels %v", l)
 	}
 }
 
 func TestReapForeignOwner(t *testing.T) {
 	needDocker(t)
-	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer api.Close()
 	name := "sandboxd-test-foreign-" + hostside.NewID()
-	resp, err := api.ContainerCreate(t.Context(), &container.Config{
+	resp, err := api.ContainerCreate(t.Context(), client.ContainerCreateOptions{Config: &container.Config{
 		Image: testImage, Entrypoint: []string{"sleep", "300"},
-		Labels: map[string]string{LabelManaged: "true", LabelOwner: "previous-" + hostside.NewID(), LabelSandbox: name},
-	}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
+		Labels: map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "previous-" + hostside.NewID(), hostside.LabelSandbox: name},
+	}, HostConfig: &container.HostConfig{NetworkMode: "none"}, Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer api.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true})
-	if err := api.ContainerStart(t.Context(), resp.ID, container.StartOptions{}); err != nil {
+	defer api.ContainerRemove(context.Background(), resp.ID, client.ContainerRemoveOptions{Force: true})
+	if _, err := api.ContainerStart(t.Context(), resp.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A dead instance's state dir (its owner record names a process that
+	// is gone) goes too.
 	staleState := filepath.Join(testState, "previous-instance", "stale")
 	if err := os.MkdirAll(staleState, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(testState, "previous-instance", hostside.OwnerRecord), []byte("999999999:1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Hour)
@@ -225,24 +239,24 @@ func TestReapForeignOwner(t *testing.T) {
 	// A runner that started earlier leaves it alone: it may belong to a
 	// live sandboxd sharing the daemon.
 	r := newTestRunner(t, Config{ReconcileInterval: -1}) // New reaps
-	if _, err := api.ContainerInspect(t.Context(), resp.ID); err == nil {
+	if _, err := api.ContainerInspect(t.Context(), resp.ID, client.ContainerInspectOptions{}); err == nil {
 		t.Fatal("container of a previous owner survived New")
 	}
 	if _, err := os.Stat(staleState); err == nil {
 		t.Fatal("stale state dir survived New")
 	}
 	// Our own unheld container is reaped by Reap too.
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cid := sb.(*Sandbox).ContainerID()
-	r.forget(sb.ID()) // as if Close had lost track of it
+	r.host.Forget(sb.ID()) // as if Close had lost track of it
 	n, err := r.Reap(t.Context())
 	if err != nil || n != 1 {
 		t.Fatalf("Reap = %d, %v; want 1", n, err)
 	}
-	if _, err := api.ContainerInspect(t.Context(), cid); err == nil {
+	if _, err := api.ContainerInspect(t.Context(), cid, client.ContainerInspectOptions{}); err == nil {
 		t.Fatal("unheld container survived Reap")
 	}
 	if err := sb.Close(t.Context()); err != nil {
@@ -253,7 +267,7 @@ func TestReapForeignOwner(t *testing.T) {
 func TestDaemonUnavailable(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	_, err := New(t.Context(), Config{Host: "unix://" + filepath.Join(t.TempDir(), "dead.sock"), AgentPath: agentPath, StateDir: t.TempDir()})
+	_, err := New(t.Context(), Config{Host: "unix://" + filepath.Join(t.TempDir(), "dead.sock"), AgentPath: agentPath, StateDir: shortTempDir(t)})
 	if !errors.Is(err, runner.ErrUnavailable) {
 		t.Fatalf("New with a dead socket: %v, want ErrUnavailable", err)
 	}
@@ -272,36 +286,36 @@ func TestAgentFailsToStart(t *testing.T) {
 	os.Chmod(filepath.Dir(bad), 0o755)
 	r := newTestRunner(t, Config{AgentPath: bad, ReconcileInterval: -1})
 	start := time.Now()
-	_, err := r.Create(t.Context(), runner.SandboxSpec{ID: "broken-" + hostside.NewID()})
+	_, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), ID: "broken-" + hostside.NewID()})
 	if err == nil || !strings.Contains(err.Error(), "agent-is-broken") {
 		t.Fatalf("Create with a broken agent: %v; want the container's log in the error", err)
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("took %v to notice the agent died", el)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
-	list, _ := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelOwner+"="+r.cfg.InstanceID))})
-	if len(list) != 0 {
-		t.Fatalf("failed Create left %d containers", len(list))
+	list, _ := r.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", hostside.LabelOwner+"="+r.cfg.InstanceID)})
+	if len(list.Items) != 0 {
+		t.Fatalf("failed Create left %d containers", len(list.Items))
 	}
 	t.Log(err)
 }
 
 func TestContainerDiesMidExec(t *testing.T) {
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sb.Close(context.Background())
-	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer api.Close()
 	time.AfterFunc(300*time.Millisecond, func() {
-		api.ContainerKill(context.Background(), sb.(*Sandbox).ContainerID(), "KILL")
+		api.ContainerKill(context.Background(), sb.(*Sandbox).ContainerID(), client.ContainerKillOptions{Signal: "KILL"})
 	})
 	start := time.Now()
 	_, err = sb.Exec(t.Context(), runner.Process{Args: []string{"sleep", "30"}})
@@ -328,7 +342,7 @@ func TestContainerDiesMidExec(t *testing.T) {
 // kill -9), one whose owner still runs is kept.
 func TestReapByOwnerLiveness(t *testing.T) {
 	needDocker(t)
-	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,14 +353,14 @@ func TestReapByOwnerLiveness(t *testing.T) {
 	}
 	mk := func(proc string) string {
 		name := "sandboxd-test-owner-" + hostside.NewID()
-		resp, err := api.ContainerCreate(t.Context(), &container.Config{
+		resp, err := api.ContainerCreate(t.Context(), client.ContainerCreateOptions{Config: &container.Config{
 			Image: testImage, Entrypoint: []string{"sleep", "300"},
-			Labels: map[string]string{LabelManaged: "true", LabelOwner: "other-" + hostside.NewID(), LabelSandbox: name, hostside.LabelOwnerProc: proc},
-		}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
+			Labels: map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: "other-" + hostside.NewID(), hostside.LabelSandbox: name, hostside.LabelOwnerProc: proc},
+		}, HostConfig: &container.HostConfig{NetworkMode: "none"}, Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { api.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true}) })
+		t.Cleanup(func() { api.ContainerRemove(context.Background(), resp.ID, client.ContainerRemoveOptions{Force: true}) })
 		return resp.ID
 	}
 	r := newTestRunner(t, Config{ReconcileInterval: -1})
@@ -355,10 +369,10 @@ func TestReapByOwnerLiveness(t *testing.T) {
 	if _, err := r.Reap(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.ContainerInspect(t.Context(), deadID); err == nil {
+	if _, err := api.ContainerInspect(t.Context(), deadID, client.ContainerInspectOptions{}); err == nil {
 		t.Fatal("container of a dead owner survived Reap")
 	}
-	if _, err := api.ContainerInspect(t.Context(), liveID); err != nil {
+	if _, err := api.ContainerInspect(t.Context(), liveID, client.ContainerInspectOptions{}); err != nil {
 		t.Fatalf("container of a live owner was reaped: %v", err)
 	}
 }
@@ -421,7 +435,7 @@ func TestGarbageAgentKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newTestRunner(t, Config{AgentPath: script, ReconcileInterval: -1})
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,15 +445,15 @@ func TestGarbageAgentKilled(t *testing.T) {
 		t.Fatal("exec against a garbage-speaking agent succeeded")
 	}
 	t.Logf("exec: %v", err)
-	api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer api.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		insp, err := api.ContainerInspect(t.Context(), sb.(*Sandbox).ContainerID())
-		if err != nil || !insp.State.Running {
+		insp, err := api.ContainerInspect(t.Context(), sb.(*Sandbox).ContainerID(), client.ContainerInspectOptions{})
+		if err != nil || !insp.Container.State.Running {
 			return
 		}
 		if time.Now().After(deadline) {

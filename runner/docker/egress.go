@@ -6,57 +6,32 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // NetworkEgress in a container: the network stays "none" (loopback only,
 // no route out). The agent listens on runner.EgressProxyAddr on the
 // container's loopback and forwards each connection to the unix socket
 // <stateDir>/egress.sock (runner.EgressSocketPath inside), which the runner
-// listens on and hands to SandboxSpec.Egress. The seccomp profile allows
-// inet sockets so programs can reach the proxy address; with no route,
-// nothing else answers.
+// listens on and hands to SandboxSpec.Egress. The isolation's seccomp
+// profile allows inet sockets so programs can reach the proxy address; with
+// no route, nothing else answers.
 
 const egressSocketName = "egress.sock"
 
-// egressSeccomp is policy.SeccompProfile(true), built once.
-var egressSeccomp = sync.OnceValues(func() (string, error) {
-	b, err := policy.SeccompProfile(true)
-	return string(b), err
-})
-
 // entrypoint is the agent's command line for spec.
 func entrypoint(spec runner.SandboxSpec) []string {
-	// env -i: the agent passes its own environment to every process,
-	// and Docker always adds HOSTNAME, HOME and the image's ENV.
-	args := []string{"/usr/bin/env", "-i", agentBinary, "--socket", agentSocket, "--root", runner.WorkspaceDir}
-	if spec.Network == runner.NetworkEgress {
-		args = append(args, "--egress-listen", runner.EgressProxyAddr, "--egress-socket", runner.EgressSocketPath)
-	}
-	return args
-}
-
-// seccompFor is the seccomp profile (JSON) of spec's container: inet
-// sockets only with NetworkEgress (startEgress, which runs first, has made
-// sure the egress profile builds).
-func (r *Runner) seccompFor(spec runner.SandboxSpec) string {
-	if spec.Network != runner.NetworkEgress {
-		return r.seccomp
-	}
-	prof, _ := egressSeccomp()
-	return prof
+	// The agent model's command line: the code as sandboxUID, and with
+	// egress the proxy forwarder.
+	return hostside.AgentArgs(spec.Isolation.Network == runner.NetworkEgress)
 }
 
 // startEgress listens on the sandbox's egress socket and serves it with
 // spec.Egress until closeEgress. Called again (after the state dir was
 // emptied, e.g. a gVisor revive) it replaces the listener.
 func (s *Sandbox) startEgress() error {
-	if _, err := egressSeccomp(); err != nil {
-		return fmt.Errorf("egress seccomp profile: %w", err)
-	}
 	path := filepath.Join(s.stateDir, egressSocketName)
 	s.closeEgress()
 	os.Remove(path)
@@ -67,12 +42,8 @@ func (s *Sandbox) startEgress() error {
 	// The state dir is removed whole at destroy; the sandbox may have
 	// replaced the path meanwhile, so never unlink by name.
 	ln.SetUnlinkOnClose(false)
-	// The agent runs as sandboxUID; the directory (0700, sandboxUID) is
-	// the access control.
-	if err := os.Chown(path, sandboxUID, sandboxUID); err != nil {
-		ln.Close()
-		return fmt.Errorf("egress socket: %w", err)
-	}
+	// Only the agent (uid 0) connects: the state dir (0700, root's) is
+	// closed to the code, which reaches the proxy through the agent.
 	s.egressMu.Lock()
 	s.egressLn = ln
 	s.egressMu.Unlock()

@@ -6,15 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/go-units"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/agent"
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // gVisor (runsc) as the container runtime, registered with dockerd by
@@ -27,11 +26,9 @@ import (
 //   - gVisor ignores the OCI seccomp profile unless runsc runs with
 //     --oci-seccomp; with it the Sentry applies the profile to the
 //     sandbox's tasks (Seccomp: 2 in /proc/self/status). It returns EPERM
-//     for every SCMP_ACT_ERRNO rule whatever its errnoRet, and glibc falls
-//     back from clone3 to clone only on ENOSYS: with the profile's
-//     "clone3 → ENOSYS" no thread could start (pthread_create fails). So
-//     under gVisor clone3 is allowed (gvisorSeccomp): the Sentry implements
-//     it, and namespaces it could create are the Sentry's, not the host's.
+//     for every SCMP_ACT_ERRNO rule whatever its errnoRet, so the
+//     container gets the isolation's SeccompGVisor (clone3 allowed: glibc
+//     falls back from clone3 to clone only on ENOSYS) instead of Seccomp.
 //   - Sandbox processes are Sentry tasks, not host processes. The host pids
 //     in the container's cgroup are runsc's own (sandbox, gofer, one
 //     systrap stub per address space), so the host-side stray killing
@@ -40,10 +37,10 @@ import (
 //     the agent's session (startSweepLocked); the next Exec waits for it.
 //   - The host pids cgroup counts those runsc tasks (about 25 plus 2 per
 //     sandbox task), so Limits.PIDs is enforced inside instead, as
-//     RLIMIT_NPROC: gVisor counts it per uid in its own kernel, and every
-//     task of the sandbox runs as sandboxUID, so it bounds the sandbox's
-//     tasks exactly like a pids cgroup. The host limit keeps a ceiling for
-//     runsc's own tasks (gvisorHostPIDs).
+//     RLIMIT_NPROC (hostside.GVisorNProc): gVisor counts it per uid in its
+//     own kernel, and every process of the code runs as sandboxUID, so it
+//     bounds them like a pids cgroup (the agent, uid 0, keeps one pid).
+//     The host limit keeps a ceiling for runsc's own tasks (gvisorHostPIDs).
 //   - gVisor has no memory limit of its own: the host cgroup limit covers
 //     the whole sandbox, and an allocation past it makes the host OOM killer
 //     take the Sentry with every process inside. The Exec reports
@@ -59,23 +56,6 @@ func isGVisor(name, path string) bool {
 	return strings.HasPrefix(name, "runsc")
 }
 
-// gvisorProfiles memoizes gvisorSeccomp (a handful of distinct profiles).
-var gvisorProfiles sync.Map // input profile → converted profile
-
-// gvisorSeccomp is policy.SeccompGVisor, memoized: the Docker seccomp
-// profile (JSON) for runsc --oci-seccomp.
-func gvisorSeccomp(profile string) (string, error) {
-	if out, ok := gvisorProfiles.Load(profile); ok {
-		return out.(string), nil
-	}
-	b, err := policy.SeccompGVisor([]byte(profile))
-	out := string(b)
-	if err == nil {
-		gvisorProfiles.Store(profile, out)
-	}
-	return out, err
-}
-
 // gvisorHostPIDs is the host pids limit of a gVisor sandbox allowed pids
 // tasks: runsc's baseline (~25 measured) plus a systrap stub task per
 // sandbox task, with room for the Sentry's own threads.
@@ -88,16 +68,8 @@ func (r *Runner) applyGVisor(hc *container.HostConfig, l runner.Limits) {
 	}
 	host := gvisorHostPIDs(l.PIDs)
 	hc.Resources.PidsLimit = &host
-	hc.Resources.Ulimits = append(hc.Resources.Ulimits, &units.Ulimit{Name: "nproc", Soft: l.PIDs, Hard: l.PIDs})
-	for i, opt := range hc.SecurityOpt {
-		if prof, ok := strings.CutPrefix(opt, "seccomp="); ok {
-			// probe checked the profile converts; on a failure the
-			// stricter original stays.
-			if g, err := gvisorSeccomp(prof); err == nil {
-				hc.SecurityOpt[i] = "seccomp=" + g
-			}
-		}
-	}
+	nproc := hostside.GVisorNProc(l.PIDs)
+	hc.Resources.Ulimits = append(hc.Resources.Ulimits, &container.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
 }
 
 // beginExec waits for a revive or a sweep in progress, then counts an
@@ -197,9 +169,9 @@ func (s *Sandbox) startRevive() {
 // code inside may have left a symlink where the agent's socket goes, and
 // the runner dials that path again here.
 func (s *Sandbox) revive() error {
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.CreateTimeout)
 	defer cancel()
-	insp, err := s.r.api.ContainerInspect(ctx, s.containerID)
+	insp, err := s.r.inspect(ctx, s.containerID)
 	if err != nil {
 		return s.r.wrap("inspect container", err)
 	}
@@ -209,12 +181,12 @@ func (s *Sandbox) revive() error {
 	if err := emptyDir(s.stateDir); err != nil {
 		return fmt.Errorf("docker: clear state dir: %w", err)
 	}
-	if s.spec.Network == runner.NetworkEgress {
+	if s.spec.Isolation.Network == runner.NetworkEgress {
 		if err := s.startEgress(); err != nil {
 			return fmt.Errorf("docker: %w", err)
 		}
 	}
-	if err := s.r.api.ContainerStart(ctx, s.containerID, container.StartOptions{}); err != nil {
+	if _, err := s.r.api.ContainerStart(ctx, s.containerID, client.ContainerStartOptions{}); err != nil {
 		return s.r.wrap("start container", err)
 	}
 	cl, err := s.r.dialAgent(ctx, s)

@@ -3,8 +3,8 @@
 //
 // A sandbox is one container: read-only root, fresh /tmp and /dev/shm,
 // the workspace bound at /workspace (or not at all), no capabilities,
-// no_new_privs, the tightened seccomp profile of package policy, uid
-// 65534, no network (NetworkEgress: still none, plus the agent's proxy
+// no_new_privs, the seccomp profile and masked paths the spec's isolation
+// carries (policy.Compile decides them; seccomp.go), uid 65534, no network (NetworkEgress: still none, plus the agent's proxy
 // address forwarded to a per-sandbox egress socket, see egress.go), cgroup
 // limits. The agent binary is bind-mounted read-only from the host and
 // talks to sandboxd over a unix socket in a per-sandbox host directory
@@ -22,14 +22,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
-	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
@@ -39,40 +36,20 @@ var (
 	_ runner.Reaper = (*Runner)(nil)
 )
 
-// Labels on every managed container.
-const (
-	LabelManaged = "sandboxd.managed"
-	LabelOwner   = "sandboxd.owner"
-	LabelSandbox = "sandboxd.sandbox"
-)
-
-// Timeouts of Docker calls: a daemon that does not answer is unavailable,
-// never a hang.
-const (
-	apiTimeout    = 15 * time.Second // inspect, list, stats, logs, ping
-	createTimeout = 60 * time.Second // create + start
-	removeTimeout = 30 * time.Second
-	agentTimeout  = 10 * time.Second // from start until the agent answers a ping
-)
-
 // Runner creates Docker sandboxes. Safe for concurrent use.
 type Runner struct {
-	cfg     Config
-	api     dockerAPI
-	seccomp string // policy.SeccompProfile(false) as JSON
-	caps    runner.Capabilities
-	started time.Time
+	cfg  Config
+	api  dockerAPI
+	caps runner.Capabilities
+	// host is what both container runners keep alike: the sandboxes held,
+	// the state dir, orphans, the reconcile loop.
+	host *hostside.Instance
+	// ImageNames implements runner.ImageNamer over cfg.Image.
+	hostside.ImageNames
 	// gvisor: cfg.Runtime is gVisor's runsc. Its sandbox processes live
 	// inside the Sentry, invisible on the host: the host pids in the
 	// container's cgroup are runsc's own (sandbox, gofer, stubs).
 	gvisor bool
-
-	mu   sync.Mutex
-	live map[string]*Sandbox // by sandbox ID; nil value: being created
-
-	stop     context.CancelFunc
-	loopDone chan struct{}
-	closing  sync.Once
 }
 
 // New connects to the Docker daemon, checks it, removes orphaned sandboxes
@@ -82,7 +59,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	api, err := client.NewClientWithOpts(client.FromEnv, client.WithHost(cfg.Host), client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv, client.WithHost(cfg.Host), client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, fmt.Errorf("docker: client for %q: %w", cfg.Host, err)
 	}
@@ -96,35 +73,30 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 
 // newRunner is New with an injected API (unit tests use a fake).
 func newRunner(ctx context.Context, cfg Config, api dockerAPI) (*Runner, error) {
-	prof, err := policy.SeccompProfile(false)
-	if err != nil {
+	r := &Runner{cfg: cfg, api: api, ImageNames: hostside.ImageNames{Default: cfg.Image}}
+	var err error
+	if r.host, err = hostside.NewInstance("docker", cfg.StateDir, cfg.InstanceID, "", cfg.Logger); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, api: api, seccomp: string(prof), live: map[string]*Sandbox{}, started: time.Now()}
-	// 0711: the daemon and the sandbox user traverse it; nobody lists it.
-	if err := os.MkdirAll(r.stateRoot(), 0o711); err != nil {
-		return nil, fmt.Errorf("docker: state dir: %w", err)
-	}
-	os.Chmod(cfg.StateDir, 0o711)
 	if err := r.probe(ctx); err != nil {
+		r.host.Close(ctx, func() error { return nil })
 		return nil, err
 	}
 	if _, err := r.Reap(ctx); err != nil {
-		cfg.Logger.Warn("docker runner: initial reconcile failed", "err", err)
+		cfg.Logger.Warn("docker runner: initial reconcile failed (the reconcile loop retries)", "err", err)
 	}
-	loopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	r.stop, r.loopDone = stop, make(chan struct{})
-	go r.reconcileLoop(loopCtx)
+	r.host.StartReconcile(ctx, cfg.ReconcileInterval, r.Reap)
 	return r, nil
 }
 
 func (r *Runner) probe(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
-	info, err := r.api.Info(cctx)
+	res, err := r.api.Info(cctx, client.InfoOptions{})
 	if err != nil {
 		return r.wrap("docker info", err)
 	}
+	info := res.Info
 	// Network: NetworkEgress through the egress socket (egress.go).
 	r.caps = runner.Capabilities{PIDNamespace: true, MountNamespace: true, NetNamespace: true, Network: true}
 	for _, opt := range info.SecurityOptions {
@@ -146,11 +118,6 @@ func (r *Runner) probe(ctx context.Context) error {
 		}
 		r.gvisor = isGVisor(r.cfg.Runtime, rt.Path)
 	}
-	if r.gvisor {
-		if _, err := gvisorSeccomp(r.seccomp); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -162,17 +129,10 @@ var (
 	_ runner.ImageNamer = (*Runner)(nil)
 )
 
-// DefaultImage implements runner.ImageNamer: the configured image.
-func (r *Runner) DefaultImage() string {
-	if c, err := hostside.CanonicalImageRef(r.cfg.Image); err == nil {
-		return c
-	}
-	return r.cfg.Image
-}
-
-// CanonicalImage implements runner.ImageNamer (hostside.CanonicalImageRef).
-func (r *Runner) CanonicalImage(image string) (string, error) {
-	return hostside.CanonicalImageRef(image)
+// inspect is ContainerInspect's container.
+func (r *Runner) inspect(ctx context.Context, id string) (container.InspectResponse, error) {
+	res, err := r.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	return res.Container, err
 }
 
 // Dependencies implements runner.Dependent: the Docker daemon's address.
@@ -183,34 +143,12 @@ func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
 
 // Close stops the reconcile loop and releases the Docker client. Open
 // sandboxes are not closed (close them first). Idempotent.
-func (r *Runner) Close(ctx context.Context) error {
-	var err error
-	r.closing.Do(func() {
-		if r.stop != nil {
-			r.stop()
-			select {
-			case <-r.loopDone:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-		}
-		if cerr := r.api.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-	})
-	return err
-}
+func (r *Runner) Close(ctx context.Context) error { return r.host.Close(ctx, r.api.Close) }
 
 // wrap classifies a Docker error: a daemon that cannot be reached or does
 // not answer in time is runner.ErrUnavailable.
 func (r *Runner) wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if unavailable(err) {
-		return fmt.Errorf("docker: %s: daemon at %s unavailable: %w: %w", op, r.cfg.Host, runner.ErrUnavailable, err)
-	}
-	return fmt.Errorf("docker: %s: %w", op, err)
+	return hostside.Wrap("docker", r.cfg.Host, op, err, unavailable)
 }
 
 func unavailable(err error) bool {

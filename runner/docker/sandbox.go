@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
@@ -44,7 +44,6 @@ type Sandbox struct {
 	sweeping chan struct{} // non-nil while sweep runs (gVisor); closed when it ends
 	inflight int           // running Execs
 	closed   bool
-	closeErr error
 	done     chan struct{} // closed when Close has finished
 }
 
@@ -72,14 +71,11 @@ func (s *Sandbox) isClosed() bool {
 
 // Exec implements runner.Sandbox: the agent runs the process.
 func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, error) {
-	if s.isClosed() {
-		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, runner.ErrClosed)
-	}
-	req, onOutput, err := hostside.ExecRequest(p, s.limits, s.spec.WorkspaceMode)
-	if err != nil {
+	if err := hostside.CanExec(ctx, s.id, s.isClosed()); err != nil {
 		return runner.Result{}, err
 	}
-	if err := ctx.Err(); err != nil {
+	req, onOutput, err := hostside.ExecRequest(p, s.limits, s.spec.Isolation.Workspace)
+	if err != nil {
 		return runner.Result{}, err
 	}
 
@@ -92,16 +88,8 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	after := s.cg.Sample()
 	s.endExec()
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-			return runner.Result{}, ctx.Err()
-		case s.isClosed():
-			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, runner.ErrClosed)
-		}
-		var re *agent.RemoteError
-		if errors.As(err, &re) {
-			// The agent refused the request (bad dir, ...): the caller's input.
-			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w", s.id, runner.ErrInvalidSpec, err)
+		if err, ok := hostside.ExecError(ctx, s.id, s.isClosed, err); ok {
+			return runner.Result{}, err
 		}
 		state, note := s.deathNote(ctx, err)
 		if state != nil && state.OOMKilled && !state.Running {
@@ -129,10 +117,10 @@ func (s *Sandbox) killOnProtocolError() {
 	if !errors.Is(cl.Err(), agent.ErrProtocol) || s.isClosed() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hostside.APITimeout)
 	defer cancel()
 	s.r.cfg.Logger.Warn("docker runner: agent broke the protocol; killing its sandbox", "sandbox", s.id, "err", cl.Err())
-	if err := s.r.api.ContainerKill(ctx, s.containerID, "KILL"); err != nil {
+	if _, err := s.r.api.ContainerKill(ctx, s.containerID, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		s.r.cfg.Logger.Warn("docker runner: kill sandbox", "sandbox", s.id, "err", err)
 	}
 }
@@ -164,10 +152,10 @@ func (s *Sandbox) deathNote(ctx context.Context, cause error) (*container.State,
 	if errors.Is(cause, agent.ErrProtocol) {
 		settle = time.Time{}
 	}
-	insp, err := s.r.api.ContainerInspect(cctx, s.containerID)
+	insp, err := s.r.inspect(cctx, s.containerID)
 	for err == nil && insp.State != nil && insp.State.Running && time.Now().Before(settle) {
 		time.Sleep(50 * time.Millisecond)
-		insp, err = s.r.api.ContainerInspect(cctx, s.containerID)
+		insp, err = s.r.inspect(cctx, s.containerID)
 	}
 	if err != nil {
 		return nil, " (" + s.r.wrap("inspect container", err).Error() + ")"
@@ -183,9 +171,9 @@ func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
 	if s.isClosed() {
 		return runner.Usage{}, fmt.Errorf("stats of sandbox %s: %w", s.id, runner.ErrClosed)
 	}
-	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
-	rd, err := s.r.api.ContainerStatsOneShot(cctx, s.containerID)
+	rd, err := s.r.api.ContainerStats(cctx, s.containerID, client.ContainerStatsOptions{}) // one sample: one-shot
 	if err != nil {
 		return runner.Usage{}, hostside.CtxOr(ctx, s.r.wrap("container stats", err))
 	}
@@ -211,30 +199,18 @@ func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
 // Idempotent; later calls wait for the first and return nil. Cleanup runs
 // even if ctx is cancelled, bounded by its own timeout.
 func (s *Sandbox) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		done := s.done
-		s.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
-		}
-		return nil
-	}
-	s.closed = true
-	s.done = make(chan struct{})
-	s.mu.Unlock()
+	return s.r.host.CloseSandbox(ctx, s.id, s.markClosed, s.destroy)
+}
 
-	err := s.destroy(ctx)
-	s.r.forget(s.id)
+// markClosed is hostside.Instance.CloseSandbox's mark.
+func (s *Sandbox) markClosed() (chan struct{}, bool) {
 	s.mu.Lock()
-	s.closeErr = err
-	close(s.done)
-	s.mu.Unlock()
-	if err != nil {
-		s.r.cfg.Logger.Warn("docker runner: close sandbox (the reconcile loop retries)", "sandbox", s.id, "err", err)
+	defer s.mu.Unlock()
+	if s.closed {
+		return s.done, true
 	}
-	return err
+	s.closed, s.done = true, make(chan struct{})
+	return s.done, false
 }
 
 // destroy removes everything the sandbox has on the host.
@@ -245,10 +221,10 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 		cl.Close()
 	}
 	if s.containerID != "" {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-		err := s.r.api.ContainerRemove(cctx, s.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostside.RemoveTimeout)
+		_, err := s.r.api.ContainerRemove(cctx, s.containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		cancel()
-		if err != nil && !errdefs.IsNotFound(err) {
+		if err != nil && !hostside.Gone(err) {
 			errs = append(errs, s.r.wrap("remove container "+s.containerID, err))
 		}
 	}

@@ -110,34 +110,25 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (runner.Sa
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	switch spec.Network {
-	case "", runner.NetworkNone:
-	case runner.NetworkEgress:
-		return nil, fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrUnsupported)
-	default:
-		return nil, fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
+	if iso := spec.Isolation; iso != nil && iso.Network == runner.NetworkEgress {
+		return nil, fmt.Errorf("create sandbox: network %q: %w", iso.Network, runner.ErrUnsupported)
 	}
-	if spec.WorkspaceMode == "" {
-		spec.WorkspaceMode = runner.WorkspaceNone
-		if spec.Workspace != "" {
-			spec.WorkspaceMode = runner.WorkspaceReadOnly
-		}
+	if err := runner.CheckIsolation(spec); err != nil {
+		return nil, err
 	}
 	s := &Sandbox{r: r, spec: spec, closing: make(chan struct{})}
-	switch spec.WorkspaceMode {
+	switch spec.Isolation.Workspace {
 	case runner.WorkspaceNone:
 		dir, err := os.MkdirTemp("", "fake-sandbox-")
 		if err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
 		s.dir, s.ownDir = dir, true
-	case runner.WorkspaceReadOnly, runner.WorkspaceReadWrite:
+	default:
 		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() || !filepath.IsAbs(spec.Workspace) {
 			return nil, fmt.Errorf("create sandbox: workspace %q: %w", spec.Workspace, runner.ErrInvalidSpec)
 		}
 		s.dir = spec.Workspace
-	default:
-		return nil, fmt.Errorf("create sandbox: workspace mode %q: %w", spec.WorkspaceMode, runner.ErrInvalidSpec)
 	}
 	if s.spec.ID == "" {
 		s.spec.ID = fmt.Sprintf("fake-%d-%d", os.Getpid(), r.seq.Add(1))

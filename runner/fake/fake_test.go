@@ -22,14 +22,14 @@ func TestHooks(t *testing.T) {
 	boom := errors.New("boom")
 	r := New()
 	r.CreateErr = boom
-	if _, err := r.Create(t.Context(), runner.SandboxSpec{}); !errors.Is(err, boom) {
+	if _, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)}); !errors.Is(err, boom) {
 		t.Fatalf("CreateErr: %v", err)
 	}
 	r.CreateErr = nil
 	r.ExecFunc = func(ctx context.Context, sb *Sandbox, p runner.Process) (runner.Result, error) {
 		return runner.Result{ExitCode: 7, Stdout: []byte(p.Args[0])}, nil
 	}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}

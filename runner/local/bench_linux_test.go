@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 const pythonPath = "/usr/bin/python3"
@@ -30,7 +31,7 @@ func BenchmarkBarePython(b *testing.B) {
 // created once.
 func BenchmarkExecPython(b *testing.B) {
 	r := newTestRunner(b)
-	sb, err := r.Create(context.Background(), runner.SandboxSpec{Workspace: b.TempDir(), WorkspaceMode: runner.WorkspaceReadWrite})
+	sb, err := r.Create(context.Background(), runner.SandboxSpec{Workspace: b.TempDir(), Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func BenchmarkExecPython(b *testing.B) {
 func BenchmarkCreateExecClose(b *testing.B) {
 	r := newTestRunner(b)
 	for b.Loop() {
-		sb, err := r.Create(context.Background(), runner.SandboxSpec{})
+		sb, err := r.Create(context.Background(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 		if err != nil {
 			b.Fatal(err)
 		}

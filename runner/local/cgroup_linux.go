@@ -1,307 +1,216 @@
 package local
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/runner"
 )
 
-// cgroupHost describes the cgroup layout found at New.
+// Cgroups through github.com/containerd/cgroups/v3: cgroup1 with the
+// controllers the runner uses, or cgroup2. What an Exec reads (CPU, peak
+// memory, OOM kills) is read by runner/internal/hostside from the agent's
+// /proc/<pid>/cgroup, as on the container runners.
+
+// v1Controllers are the cgroup v1 controllers a sandbox's group uses.
+var v1Controllers = []cgroup1.Name{cgroup1.Memory, cgroup1.Pids, cgroup1.Cpu, cgroup1.Cpuacct}
+
+// cgroupHost is the cgroup layout found at New.
 type cgroupHost struct {
-	v2     bool
-	root2  string            // v2 mount point
-	mounts map[string]string // v1 controller -> mount point
-	memsw  bool              // v1 memory.memsw.* present (swap accounting)
+	v2    bool
+	root2 string                  // v2: the unified mount point
+	v1    map[cgroup1.Name]string // v1: controller -> its hierarchy's mount point
+	memsw bool                    // v1 swap accounting (memory.memsw.*)
 }
 
-var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
-
-// detectCgroups reads /proc/self/mountinfo. A unified /sys/fs/cgroup (or a
-// cgroup2 mount with memory+pids+cpu enabled and no v1 memory controller)
-// selects v2; otherwise the v1 controllers are used.
+// detectCgroups reads the mount table. The v1 controllers win when they
+// are all mounted (a hybrid host binds them there); otherwise a cgroup2
+// mount (the unified /sys/fs/cgroup first) with memory, pids and cpu
+// available is used.
 func detectCgroups() (*cgroupHost, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return parseCgroupMounts(f)
+	return cgroupLayout(mounts)
 }
 
-func parseCgroupMounts(mountinfo io.Reader) (*cgroupHost, error) {
-	h := &cgroupHost{mounts: map[string]string{}}
-	sc := bufio.NewScanner(mountinfo)
-	for sc.Scan() {
-		// id parent maj:min root mountpoint opts ... - fstype source superopts
-		line := sc.Text()
-		sep := strings.Index(line, " - ")
-		if sep < 0 {
-			continue
-		}
-		pre, post := strings.Fields(line[:sep]), strings.Fields(line[sep+3:])
-		if len(pre) < 5 || len(post) < 3 {
-			continue
-		}
-		mp := unescapeMount(pre[4])
-		switch post[0] {
+// parseCgroupMounts is detectCgroups on a mountinfo file's content.
+func parseCgroupMounts(r io.Reader) (*cgroupHost, error) {
+	mounts, err := mountinfo.GetMountsFromReader(r, mountinfo.FSTypeFilter("cgroup", "cgroup2"))
+	if err != nil {
+		return nil, err
+	}
+	return cgroupLayout(mounts)
+}
+
+func cgroupLayout(mounts []*mountinfo.Info) (*cgroupHost, error) {
+	h := &cgroupHost{v1: map[cgroup1.Name]string{}}
+	for _, m := range mounts {
+		switch m.FSType {
 		case "cgroup2":
-			if h.root2 == "" || mp == "/sys/fs/cgroup" {
-				h.root2 = mp
+			if h.root2 == "" || m.Mountpoint == "/sys/fs/cgroup" {
+				h.root2 = m.Mountpoint
 			}
 		case "cgroup":
-			for _, o := range strings.Split(post[2], ",") {
-				for _, c := range v1Controllers {
-					if o == c {
-						if _, ok := h.mounts[c]; !ok {
-							h.mounts[c] = mp
-						}
-					}
+			for _, o := range strings.Split(m.VFSOptions, ",") {
+				if c := cgroup1.Name(o); slices.Contains(v1Controllers, c) && h.v1[c] == "" {
+					h.v1[c] = m.Mountpoint
 				}
 			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+	var missing []string
+	for _, c := range v1Controllers {
+		if h.v1[c] == "" {
+			missing = append(missing, string(c))
+		}
 	}
-	if _, ok := h.mounts["memory"]; !ok && h.root2 != "" {
+	if len(missing) == 0 {
+		_, err := os.Stat(filepath.Join(h.v1[cgroup1.Memory], "memory.memsw.limit_in_bytes"))
+		h.memsw = err == nil
+		return h, nil
+	}
+	if h.root2 != "" {
 		ctrl, _ := os.ReadFile(filepath.Join(h.root2, "cgroup.controllers"))
 		have := strings.Fields(string(ctrl))
-		if contains(have, "memory") && contains(have, "pids") && contains(have, "cpu") {
-			h.v2 = true
+		if slices.Contains(have, "memory") && slices.Contains(have, "pids") && slices.Contains(have, "cpu") {
+			h.v2, h.v1 = true, nil
 			return h, nil
 		}
 	}
-	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
-		if _, ok := h.mounts[c]; !ok {
-			return nil, fmt.Errorf("cgroup v1 controller %q not mounted and no usable cgroup v2", c)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(h.mounts["memory"], "memory.memsw.limit_in_bytes")); err == nil {
-		h.memsw = true
-	}
-	return h, nil
+	return nil, fmt.Errorf("cgroup v1 controllers %s not mounted and no cgroup v2 with memory, pids and cpu", strings.Join(missing, ", "))
 }
 
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
+// hierarchy is cgroup1's view of the v1 controllers: each subsystem
+// rooted at its hierarchy's parent directory (cgroup1 appends the
+// controller's name, which must then lead to its mount point).
+func (h *cgroupHost) hierarchy() ([]cgroup1.Subsystem, error) {
+	root := func(c cgroup1.Name) (string, error) {
+		mp := h.v1[c]
+		dir := filepath.Dir(mp)
+		if got, err := filepath.EvalSymlinks(filepath.Join(dir, string(c))); err != nil || got != mp {
+			return "", fmt.Errorf("cgroup v1 controller %s is mounted at %s, not reachable as %s", c, mp, filepath.Join(dir, string(c)))
 		}
-		b.WriteByte(s[i])
+		return dir, nil
 	}
-	return b.String()
+	var subs []cgroup1.Subsystem
+	for _, c := range v1Controllers {
+		r, err := root(c)
+		if err != nil {
+			return nil, err
+		}
+		switch c {
+		case cgroup1.Memory:
+			subs = append(subs, cgroup1.NewMemory(r, cgroup1.OptionalSwap()))
+		case cgroup1.Pids:
+			subs = append(subs, cgroup1.NewPids(r))
+		case cgroup1.Cpu:
+			subs = append(subs, cgroup1.NewCpu(r))
+		case cgroup1.Cpuacct:
+			subs = append(subs, cgroup1.NewCpuacct(r))
+		}
+	}
+	return subs, nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// cgroup is one sandbox's group (one directory per v1 controller, or one v2
-// directory).
+// cgroup is one sandbox's group, parent/id under every controller (v1)
+// or in the unified hierarchy (v2).
 type cgroup struct {
-	h    *cgroupHost
-	rel  string            // parent/id
-	dirs map[string]string // controller (or "unified") -> directory
+	h   *cgroupHost
+	rel string
 }
 
-func (h *cgroupHost) group(rel string) *cgroup {
-	g := &cgroup{h: h, rel: rel, dirs: map[string]string{}}
-	if h.v2 {
-		g.dirs["unified"] = filepath.Join(h.root2, rel)
-	} else {
-		for _, c := range v1Controllers {
-			g.dirs[c] = filepath.Join(h.mounts[c], rel)
-		}
+func (h *cgroupHost) group(rel string) *cgroup { return &cgroup{h: h, rel: rel} }
+
+// dirs lists the group's directories, one per hierarchy.
+func (g *cgroup) dirs() []string {
+	if g.h.v2 {
+		return []string{filepath.Join(g.h.root2, g.rel)}
 	}
-	return g
-}
-
-// paths lists the directories of g, deduplicated (co-mounted controllers).
-func (g *cgroup) paths() []string {
-	seen := map[string]bool{}
 	var out []string
-	for _, c := range append([]string{"unified"}, v1Controllers...) {
-		if d, ok := g.dirs[c]; ok && !seen[d] {
-			seen[d] = true
+	for _, c := range v1Controllers {
+		if d := filepath.Join(g.h.v1[c], g.rel); !slices.Contains(out, d) {
 			out = append(out, d)
 		}
 	}
 	return out
 }
 
-func writeFile(path, val string) error {
-	if err := os.WriteFile(path, []byte(val), 0); err != nil {
-		return fmt.Errorf("cgroup write %s=%q: %w", path, val, err)
+// create makes the group with the limits: memory (and memory+swap, or no
+// swap), pids and CPU bandwidth.
+func (g *cgroup) create(l runner.Limits) error {
+	mem, pids := l.MemoryBytes, l.PIDs
+	period, quota := uint64(100_000), max(l.CPUMillis*100, 1000)
+	if g.h.v2 {
+		_, err := cgroup2.NewManager(g.h.root2, "/"+g.rel, &cgroup2.Resources{
+			Memory: &cgroup2.Memory{Max: &mem},
+			Pids:   &cgroup2.Pids{Max: pids},
+			CPU:    &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)},
+		})
+		if err != nil {
+			return fmt.Errorf("create cgroup %s: %w", g.rel, err)
+		}
+		// No swap (the file is absent on a kernel without swap accounting).
+		_ = os.WriteFile(filepath.Join(g.h.root2, g.rel, "memory.swap.max"), []byte("0"), 0)
+		return nil
+	}
+	memory := &specs.LinuxMemory{Limit: &mem}
+	if g.h.memsw {
+		memory.Swap = &mem
+	} else {
+		// Without swap accounting, keep the group out of swap as far as
+		// v1 allows.
+		var zero uint64
+		memory.Swappiness = &zero
+	}
+	_, err := cgroup1.New(cgroup1.StaticPath("/"+g.rel), &specs.LinuxResources{
+		Memory: memory,
+		Pids:   &specs.LinuxPids{Limit: &pids},
+		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+	}, cgroup1.WithHierarchy(g.h.hierarchy))
+	if err != nil {
+		return fmt.Errorf("create cgroup %s: %w", g.rel, err)
 	}
 	return nil
-}
-
-func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-}
-
-// readKey reads "key value" lines (memory.events, memory.oom_control, cpu.stat).
-func readKey(path, key string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && f[0] == key {
-			return strconv.ParseInt(f[1], 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s: no %q", path, key)
-}
-
-// create makes the group and sets its limits.
-func (g *cgroup) create(l runner.Limits) error {
-	if g.h.v2 {
-		return g.createV2(l)
-	}
-	for _, d := range g.paths() {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("create cgroup: %w", err)
-		}
-	}
-	mem := strconv.FormatInt(l.MemoryBytes, 10)
-	if err := writeFile(filepath.Join(g.dirs["memory"], "memory.limit_in_bytes"), mem); err != nil {
-		return err
-	}
-	if g.h.memsw {
-		if err := writeFile(filepath.Join(g.dirs["memory"], "memory.memsw.limit_in_bytes"), mem); err != nil {
-			return err
-		}
-	} else {
-		// Without swap accounting, keep the group out of swap as far as v1
-		// allows.
-		_ = writeFile(filepath.Join(g.dirs["memory"], "memory.swappiness"), "0")
-	}
-	if err := writeFile(filepath.Join(g.dirs["pids"], "pids.max"), strconv.FormatInt(l.PIDs, 10)); err != nil {
-		return err
-	}
-	if err := writeFile(filepath.Join(g.dirs["cpu"], "cpu.cfs_period_us"), "100000"); err != nil {
-		return err
-	}
-	return writeFile(filepath.Join(g.dirs["cpu"], "cpu.cfs_quota_us"), strconv.FormatInt(max(l.CPUMillis*100, 1000), 10))
-}
-
-func (g *cgroup) createV2(l runner.Limits) error {
-	// Enable the controllers on every level from the root down to the
-	// parent of the sandbox group.
-	dir := g.h.root2
-	for _, part := range strings.Split(filepath.Dir(g.rel), "/") {
-		_ = writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+memory +pids +cpu")
-		dir = filepath.Join(dir, part)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create cgroup: %w", err)
-		}
-	}
-	if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+memory +pids +cpu"); err != nil {
-		return err
-	}
-	d := g.dirs["unified"]
-	if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("create cgroup: %w", err)
-	}
-	if err := writeFile(filepath.Join(d, "memory.max"), strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
-		return err
-	}
-	_ = writeFile(filepath.Join(d, "memory.swap.max"), "0") // absent without swap
-	if err := writeFile(filepath.Join(d, "pids.max"), strconv.FormatInt(l.PIDs, 10)); err != nil {
-		return err
-	}
-	return writeFile(filepath.Join(d, "cpu.max"), fmt.Sprintf("%d 100000", max(l.CPUMillis*100, 1000)))
 }
 
 // add moves pid into the group.
 func (g *cgroup) add(pid int) error {
-	for _, d := range g.paths() {
-		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// counters are sampled before and after an Exec.
-type counters struct {
-	cpu     time.Duration
-	oomKill int64
-}
-
-func (g *cgroup) counters() counters {
-	var c counters
 	if g.h.v2 {
-		d := g.dirs["unified"]
-		if us, err := readKey(filepath.Join(d, "cpu.stat"), "usage_usec"); err == nil {
-			c.cpu = time.Duration(us) * time.Microsecond
+		m, err := cgroup2.Load("/"+g.rel, cgroup2.WithMountpoint(g.h.root2))
+		if err == nil {
+			err = m.AddProc(uint64(pid))
 		}
-		c.oomKill, _ = readKey(filepath.Join(d, "memory.events"), "oom_kill")
-		return c
+		return err
 	}
-	if ns, err := readInt(filepath.Join(g.dirs["cpuacct"], "cpuacct.usage")); err == nil {
-		c.cpu = time.Duration(ns)
+	c, err := cgroup1.Load(cgroup1.StaticPath("/"+g.rel), cgroup1.WithHierarchy(g.h.hierarchy))
+	if err == nil {
+		err = c.AddProc(uint64(pid))
 	}
-	c.oomKill, _ = readKey(filepath.Join(g.dirs["memory"], "memory.oom_control"), "oom_kill")
-	return c
+	return err
 }
 
-// resetPeak restarts peak-memory tracking (v1 only; v2's memory.peak is the
-// group's lifetime peak).
-func (g *cgroup) resetPeak() {
-	if !g.h.v2 {
-		_ = writeFile(filepath.Join(g.dirs["memory"], "memory.max_usage_in_bytes"), "0")
-	}
-}
-
-func (g *cgroup) peak() int64 {
-	if g.h.v2 {
-		v, _ := readInt(filepath.Join(g.dirs["unified"], "memory.peak"))
-		return v
-	}
-	v, _ := readInt(filepath.Join(g.dirs["memory"], "memory.max_usage_in_bytes"))
-	return v
-}
-
+// procs lists the processes in the group (every hierarchy).
 func (g *cgroup) procs() []int {
 	var out []int
-	for _, d := range g.paths() {
-		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		if err != nil {
-			continue
-		}
+	for _, d := range g.dirs() {
+		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil && !slicesContains(out, pid) {
+			var pid int
+			if _, err := fmt.Sscan(f, &pid); err == nil && !slices.Contains(out, pid) {
 				out = append(out, pid)
 			}
 		}
@@ -309,19 +218,10 @@ func (g *cgroup) procs() []int {
 	return out
 }
 
-func slicesContains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// exists reports whether any directory of the group is still there.
+// exists lists the group's directories still there.
 func (g *cgroup) exists() []string {
 	var out []string
-	for _, d := range g.paths() {
+	for _, d := range g.dirs() {
 		if _, err := os.Stat(d); err == nil {
 			out = append(out, d)
 		}
@@ -329,62 +229,53 @@ func (g *cgroup) exists() []string {
 	return out
 }
 
-// destroy kills every process in the group and removes it. It is safe to
-// call on a group that is partly or wholly gone.
+// destroy kills every process in the group and removes it; safe on a
+// group partly or wholly gone. The sandbox's processes all live in its pid
+// namespace, which dies with its init: nothing can fork faster than the
+// kills (the pids limit bounds it anyway).
 func (g *cgroup) destroy(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		g.killAll()
-		var errs []error
-		for _, d := range g.paths() {
-			if err := unix.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
-			}
+		var err error
+		if g.h.v2 {
+			err = g.destroyV2()
+		} else {
+			err = g.destroyV1()
 		}
-		if len(errs) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.Join(errs...)
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-func (g *cgroup) killAll() {
-	if g.h.v2 {
-		d := g.dirs["unified"]
-		if err := writeFile(filepath.Join(d, "cgroup.kill"), "1"); err == nil {
-			return
-		}
-		_ = writeFile(filepath.Join(d, "cgroup.freeze"), "1")
-		for _, pid := range g.procs() {
-			_ = unix.Kill(pid, unix.SIGKILL)
-		}
-		_ = writeFile(filepath.Join(d, "cgroup.freeze"), "0")
-		return
+func (g *cgroup) destroyV2() error {
+	m, err := cgroup2.Load("/"+g.rel, cgroup2.WithMountpoint(g.h.root2))
+	if err != nil {
+		return err
 	}
-	pids := g.procs()
-	if len(pids) == 0 {
-		return
+	if len(g.exists()) == 0 {
+		return nil
 	}
-	// Freeze so that nothing can fork while we kill, then thaw so the
-	// SIGKILLs are delivered.
-	fz := filepath.Join(g.dirs["freezer"], "freezer.state")
-	frozen := writeFile(fz, "FROZEN") == nil
-	if frozen {
-		for i := 0; i < 100; i++ {
-			b, err := os.ReadFile(fz)
-			if err != nil || strings.TrimSpace(string(b)) == "FROZEN" {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+	if err := m.Kill(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
+	if err := m.Delete(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (g *cgroup) destroyV1() error {
 	for _, pid := range g.procs() {
 		_ = unix.Kill(pid, unix.SIGKILL)
 	}
-	if frozen {
-		_ = writeFile(fz, "THAWED")
+	c, err := cgroup1.Load(cgroup1.StaticPath("/"+g.rel), cgroup1.WithHierarchy(g.h.hierarchy))
+	if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		return nil
 	}
+	if err != nil {
+		return err
+	}
+	return c.Delete()
 }

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
 // Built-in defaults used for any zero field of Config.Defaults.
@@ -24,28 +26,29 @@ var builtinDefaults = runner.Limits{
 
 // Config configures a local Runner.
 type Config struct {
-	// StateDir holds one directory per sandbox (its ownership record, used
-	// by Reap, and the mount point of its root). Required.
+	// StateDir holds one directory per sandbox: its ownership record
+	// (used by Reap), the mount point of its root and its run dir, the
+	// agent's socket directory mounted at /run/sandboxd. Required.
 	StateDir string
 	// Rootfs, when set, is a directory bound read-only as the sandbox root
-	// (an unpacked image). Empty: a read-only view of the host's system
-	// directories (/usr, /bin, /sbin, /lib*, /etc).
+	// (an unpacked image; it needs /proc, /dev, /tmp and /run). Empty: a
+	// read-only view of the host's system directories (/usr, /bin, /sbin,
+	// /lib*, /etc).
 	Rootfs string
 	// CgroupParent is the cgroup under which each sandbox gets its own
 	// group. Default "sandboxd".
 	CgroupParent string
-	// UID and GID run the sandboxed commands. Default 65534 (nobody).
-	UID, GID int
-	// Defaults fill zero limits of a SandboxSpec.
+	// AgentPath is the static sandbox-agent binary, bound read-only into
+	// every sandbox as its pid 1. Required.
+	AgentPath string
+	// LauncherPath is the static sandbox-launch binary (cmd/sandbox-launch)
+	// that builds each sandbox and execs the agent. Required.
+	LauncherPath string
+	// Defaults fill zero limits of a SandboxSpec; they are also ceilings a
+	// spec may only lower (hostside.MergeLimits).
 	Defaults runner.Limits
-	// TmpBytes caps the /tmp and /dev/shm tmpfs of each Exec. Default 64 MiB.
+	// TmpBytes caps the /tmp and /dev/shm tmpfs of each sandbox. Default 64 MiB.
 	TmpBytes int64
-	// HelperPath is the binary re-executed as the sandbox init helper.
-	// Default /proc/self/exe (the running binary, whose main must call
-	// MaybeHelper first). A small dedicated binary whose main only calls
-	// MaybeHelper avoids paying a large binary's package initialisation
-	// on every Exec.
-	HelperPath string
 	// AllowWeak lets Create run without isolation features this host lacks
 	// (it logs a warning on every Create naming them). Default false: Create
 	// refuses with runner.ErrUnsupported.
@@ -68,30 +71,33 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("local: Rootfs %q: %w", c.Rootfs, err)
 		}
 	}
-	if c.HelperPath == "" {
-		c.HelperPath = "/proc/self/exe"
-	} else if !filepath.IsAbs(c.HelperPath) {
-		return fmt.Errorf("local: HelperPath %q must be absolute", c.HelperPath)
+	for _, b := range []struct {
+		name string
+		path *string
+	}{{"AgentPath", &c.AgentPath}, {"LauncherPath", &c.LauncherPath}} {
+		if *b.path == "" {
+			return fmt.Errorf("local: %s is required", b.name)
+		}
+		if *b.path, err = filepath.Abs(*b.path); err != nil {
+			return fmt.Errorf("local: %s %q: %w", b.name, *b.path, err)
+		}
+		if fi, err := os.Stat(*b.path); err != nil || !fi.Mode().IsRegular() {
+			return fmt.Errorf("local: %s %q is not a regular file", b.name, *b.path)
+		}
 	}
 	if c.CgroupParent == "" {
 		c.CgroupParent = "sandboxd"
 	}
 	c.CgroupParent = strings.Trim(filepath.Clean("/"+c.CgroupParent), "/")
 	for _, part := range strings.Split(c.CgroupParent, "/") {
-		if !validName(part) {
+		if !hostside.ValidID(part) {
 			return fmt.Errorf("local: CgroupParent %q is not a valid cgroup path", c.CgroupParent)
 		}
 	}
-	if c.UID == 0 {
-		c.UID = 65534
+	if err := hostside.ValidLimits(c.Defaults); err != nil {
+		return fmt.Errorf("local: Defaults: %w", err)
 	}
-	if c.GID == 0 {
-		c.GID = 65534
-	}
-	if c.UID < 0 || c.GID < 0 {
-		return fmt.Errorf("local: UID/GID %d/%d must not be negative", c.UID, c.GID)
-	}
-	c.Defaults = mergeLimits(c.Defaults, builtinDefaults)
+	c.Defaults = hostside.FillLimits(c.Defaults, builtinDefaults)
 	if c.TmpBytes <= 0 {
 		c.TmpBytes = 64 << 20
 	}
@@ -99,46 +105,4 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return nil
-}
-
-// mergeLimits fills the zero fields of l from d.
-func mergeLimits(l, d runner.Limits) runner.Limits {
-	if l.MemoryBytes <= 0 {
-		l.MemoryBytes = d.MemoryBytes
-	}
-	if l.PIDs <= 0 {
-		l.PIDs = d.PIDs
-	}
-	if l.CPUMillis <= 0 {
-		l.CPUMillis = d.CPUMillis
-	}
-	if l.Timeout <= 0 {
-		l.Timeout = d.Timeout
-	}
-	if l.OutputBytes <= 0 {
-		l.OutputBytes = d.OutputBytes
-	}
-	if l.NoFile <= 0 {
-		l.NoFile = d.NoFile
-	}
-	if l.FileSize <= 0 {
-		l.FileSize = d.FileSize
-	}
-	return l
-}
-
-// validName accepts sandbox IDs and cgroup names: 1-64 of [A-Za-z0-9_.-],
-// not "." or "..".
-func validName(s string) bool {
-	if s == "" || len(s) > 64 || s == "." || s == ".." {
-		return false
-	}
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }

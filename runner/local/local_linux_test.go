@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -12,32 +13,64 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
+// agentPath and launcherPath are built by TestMain.
+var agentPath, launcherPath string
+
 func TestMain(m *testing.M) {
-	MaybeHelper()
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "sandboxd-local-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	agentPath, launcherPath = filepath.Join(dir, "sandbox-agent"), filepath.Join(dir, "sandbox-launch")
+	if a, l := os.Getenv(umlAgentEnv), os.Getenv(umlLauncherEnv); a != "" && l != "" {
+		agentPath, launcherPath = a, l // built outside (TestCgroupV2UML)
+	}
+	for out, pkg := range map[string]string{agentPath: "../../cmd/sandbox-agent", launcherPath: "../../cmd/sandbox-launch"} {
+		if _, err := os.Stat(out); err == nil {
+			continue
+		}
+		build := exec.Command("go", "build", "-o", out, pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, b)
+			return 1
+		}
+	}
 	code := m.Run()
 	// Sandbox groups are removed by Close; remove this process's parent
 	// groups too (rmdir fails harmlessly if anything is left in them).
 	if h, err := detectCgroups(); err == nil {
-		for _, d := range h.group(testCgroupParent()).paths() {
+		for _, d := range h.group(testCgroupParent()).dirs() {
 			_ = os.Remove(d)
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // testCgroupParent keeps concurrent test processes apart.
 func testCgroupParent() string { return "sandboxd-test-" + strconv.Itoa(os.Getpid()) }
+
+func testConfig(tb testing.TB) Config {
+	return Config{StateDir: tb.TempDir(), CgroupParent: testCgroupParent(), AgentPath: agentPath, LauncherPath: launcherPath}
+}
 
 func newTestRunner(tb testing.TB) *Runner {
 	tb.Helper()
 	if os.Geteuid() != 0 {
 		tb.Skip("the local runner needs root")
 	}
-	r, err := New(Config{StateDir: tb.TempDir(), CgroupParent: testCgroupParent()})
+	r, err := New(testConfig(tb))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -66,11 +99,11 @@ func TestCapabilitiesAndFailClosed(t *testing.T) {
 	}
 	// A host lacking a feature: Create refuses, naming it.
 	weak := &Runner{cfg: r.cfg, cg: r.cg, caps: r.caps, missing: []string{"seccomp"}, live: map[string]*Sandbox{}}
-	_, err := weak.Create(t.Context(), runner.SandboxSpec{})
+	_, err := weak.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if !errors.Is(err, runner.ErrUnsupported) || !strings.Contains(err.Error(), "seccomp") {
 		t.Fatalf("Create on a weak host: %v", err)
 	}
-	_, err = r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress})
+	_, err = r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress)})
 	if !errors.Is(err, runner.ErrInvalidSpec) {
 		t.Fatalf("egress without SandboxSpec.Egress: %v", err)
 	}
@@ -78,15 +111,18 @@ func TestCapabilitiesAndFailClosed(t *testing.T) {
 	// host's network).
 	nonet := &Runner{cfg: r.cfg, cg: r.cg, caps: r.caps, live: map[string]*Sandbox{}}
 	nonet.caps.NetNamespace, nonet.caps.Network = false, false
-	_, err = nonet.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress, Egress: refuseEgress{}})
+	_, err = nonet.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: refuseEgress{}})
 	if !errors.Is(err, runner.ErrUnsupported) {
 		t.Fatalf("egress without a network namespace: %v", err)
 	}
+	bogus := *runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)
+	bogus.Workspace = "bogus"
 	for _, spec := range []runner.SandboxSpec{
-		{ID: "../x"},
-		{WorkspaceMode: runner.WorkspaceReadWrite},
-		{Workspace: "relative", WorkspaceMode: runner.WorkspaceReadOnly},
-		{WorkspaceMode: "bogus"},
+		{ID: "../x", Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)},
+		{Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)},
+		{Workspace: "relative", Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)},
+		{Isolation: &bogus},
+		{}, // no compiled isolation
 	} {
 		if _, err := r.Create(t.Context(), spec); !errors.Is(err, runner.ErrInvalidSpec) {
 			t.Errorf("Create(%+v) = %v, want ErrInvalidSpec", spec, err)
@@ -97,7 +133,7 @@ func TestCapabilitiesAndFailClosed(t *testing.T) {
 func TestReap(t *testing.T) {
 	r := newTestRunner(t)
 	ws := t.TempDir()
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{ID: "reapme", Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{ID: "reapme", Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +154,9 @@ func TestReap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A fresh runner (a restarted daemon) on the same state dir reaps it.
-	r2, err := New(Config{StateDir: r.cfg.StateDir, CgroupParent: testCgroupParent()})
+	cfg := testConfig(t)
+	cfg.StateDir = r.cfg.StateDir
+	r2, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +182,7 @@ func TestReap(t *testing.T) {
 		t.Errorf("workspace owner not restored: uid %d", uid)
 	}
 	// Live sandboxes of a live runner are not reaped.
-	sb2, err := r2.Create(t.Context(), runner.SandboxSpec{})
+	sb2, err := r2.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +203,7 @@ func TestRootfs(t *testing.T) {
 	if err := os.Chmod(rootfs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{"proc", "dev", "tmp", "workspace", "etc", "bin"} {
+	for _, d := range []string{"proc", "dev", "tmp", "run", "workspace", "etc", "bin"} {
 		if err := os.Mkdir(filepath.Join(rootfs, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +238,7 @@ func TestRootfs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Image: rootfs})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), Image: rootfs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +255,7 @@ func TestRootfs(t *testing.T) {
 func TestRlimitsAndThreads(t *testing.T) {
 	r := newTestRunner(t)
 	ws := t.TempDir()
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite,
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone),
 		Limits: runner.Limits{FileSize: 1 << 20, NoFile: 64}})
 	if err != nil {
 		t.Fatal(err)
@@ -255,51 +293,59 @@ print("threads", len(out))`}})
 	}
 }
 
-// TestReadOnlyMountsAsRoot attacks the mount layer alone: the command runs
-// as uid 0 (without capabilities, as the bounding set is empty) so file
-// permissions do not stop it, and Landlock is off.
-func TestReadOnlyMountsAsRoot(t *testing.T) {
+// TestReadOnlyMountsAsAgent attacks the mount layer alone, with what the
+// agent itself could do if the code took it over: a probe runs in the
+// agent's place (uid 0 with the agent's capabilities, CAP_DAC_OVERRIDE and
+// CAP_FOWNER among them, so file permissions do not stop it) with Landlock
+// off. Its output comes back in Create's error (it never says "ready").
+func TestReadOnlyMountsAsAgent(t *testing.T) {
 	r := newTestRunner(t)
-	r.cfg.UID, r.cfg.GID, r.landlk = 0, 0, false
-	ws := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("ro"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close(context.Background())
+	r.caps.Landlock = false
 	name := "sandboxd-rootprobe-" + strconv.Itoa(os.Getpid())
-	res, err := sb.Exec(t.Context(), runner.Process{Args: []string{pythonPath, "-c", `import os, sys
-name = sys.argv[1]
-print("uid", os.getuid())
-for d in ["/", "/usr", "/etc", "/dev", "/workspace", "/proc/sys/kernel"]:
+	probe := filepath.Join(t.TempDir(), "probe")
+	if err := os.WriteFile(probe, []byte("#!"+pythonPath+` -I
+import os, sys
+name = "`+name+`"
+st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+print("uid", os.getuid(), "caps", st["CapEff"].strip())
+for d in ["/", "/usr", "/etc", "/dev", "/run", "/workspace", "/proc/sys/kernel"]:
     try:
         open(os.path.join(d, name), "w").write("x")
         print("WROTE", d)
     except OSError as e:
         print("denied", d, e.strerror)
 # Opening for writing is the proof; nothing is written to existing files.
-for p in ["/workspace/in.txt", "/etc/hostname", "/usr/bin/env", "/proc/sys/kernel/hostname", "/proc/sysrq-trigger"]:
+for p in ["/workspace/in.txt", "/etc/hostname", "/usr/bin/env", "/run/sandboxd-agent/sandbox-agent", "/proc/sys/kernel/hostname", "/proc/sysrq-trigger"]:
     try:
         os.close(os.open(p, os.O_WRONLY | os.O_APPEND))
         print("WROTE", p)
     except OSError as e:
         print("denied", p, e.strerror)
 open("/tmp/" + name, "w").write("tmp ok")
-print("tmp ok")`, name}})
+print("tmp ok")
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.cfg.AgentPath = probe
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("ro"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { // in case the mounts were writable after all
 		for _, d := range []string{"/usr", "/etc", "/dev", ws} {
 			os.Remove(filepath.Join(d, name))
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
+	_, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)})
+	if err == nil {
+		t.Fatal("the probe started as an agent")
 	}
-	out := string(res.Stdout)
-	if !strings.HasPrefix(out, "uid 0\n") || strings.Contains(out, "WROTE") || !strings.Contains(out, "tmp ok") {
-		t.Fatalf("read-only mounts as root:\n%s%s", out, res.Stderr)
+	out := err.Error()
+	t.Logf("probe: %s", out)
+	caps := fmt.Sprintf("%016x", policy.AgentCapabilityMask())
+	if !strings.Contains(out, "uid 0 caps "+caps) || strings.Contains(out, "WROTE") || !strings.Contains(out, "tmp ok") ||
+		strings.Count(out, "denied") != 13 {
+		t.Fatalf("read-only mounts as the agent:\n%s", out)
 	}
 	if b, _ := os.ReadFile(filepath.Join(ws, "in.txt")); string(b) != "ro" {
 		t.Fatalf("workspace file changed: %q", b)
@@ -315,7 +361,7 @@ func TestRelativeCommandAndDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "sub", "run.sh"), []byte("#!/bin/sh\necho \"$(pwd) $*\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly})
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}

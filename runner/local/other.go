@@ -9,9 +9,6 @@ import (
 	"github.com/sandboxd/sandboxd/runner"
 )
 
-// MaybeHelper does nothing off Linux.
-func MaybeHelper() {}
-
 // Runner is unavailable off Linux.
 type Runner struct{}
 

@@ -2,15 +2,9 @@ package local
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,14 +12,17 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/local/launch"
 )
 
 var (
-	_ runner.Runner = (*Runner)(nil)
-	_ runner.Reaper = (*Runner)(nil)
+	_ runner.Runner     = (*Runner)(nil)
+	_ runner.Reaper     = (*Runner)(nil)
+	_ runner.ImageNamer = (*Runner)(nil)
 )
 
 // Runner creates local sandboxes. It must run as root.
@@ -34,11 +31,6 @@ type Runner struct {
 	cg      *cgroupHost // nil when cgroups are unusable
 	caps    runner.Capabilities
 	missing []string // isolation features this host lacks
-	landlk  bool
-	root    bool // running as uid 0: privileges can be dropped
-	seccomp []unix.SockFilter
-	// seccompInet is seccomp without the inet denial (NetworkEgress).
-	seccompInet []unix.SockFilter
 
 	mu   sync.Mutex
 	live map[string]*Sandbox
@@ -65,8 +57,7 @@ func New(cfg Config) (*Runner, error) {
 }
 
 func (r *Runner) probe() {
-	r.root = os.Geteuid() == 0
-	if !r.root {
+	if os.Geteuid() != 0 {
 		r.missing = append(r.missing, "root (the local runner needs uid 0)")
 	} else if err := r.probeNamespaces(); err != nil {
 		r.missing = append(r.missing, "namespaces ("+err.Error()+")")
@@ -81,36 +72,31 @@ func (r *Runner) probe() {
 	} else {
 		r.cg, r.caps.Cgroups = h, true
 	}
-	if r.seccomp = seccompFilter(); r.seccomp != nil {
-		r.caps.Seccomp = true
-		r.seccompInet, _ = seccompProgram(false)
+	if err := seccompSupported(); err != nil {
+		r.missing = append(r.missing, "seccomp ("+err.Error()+")")
 	} else {
-		r.missing = append(r.missing, "seccomp")
+		r.caps.Seccomp = true
 	}
 	// Landlock is defence in depth behind read-only mounts: used when
 	// present, not required.
-	r.landlk = landlockABI() > 0
-	r.caps.Landlock = r.landlk
-	// NetworkEgress needs the network namespace (no route out) and, when
-	// seccomp is in use, the filter that allows inet sockets.
-	r.caps.Network = r.caps.NetNamespace && (!r.caps.Seccomp || r.seccompInet != nil)
+	if v, err := llsys.LandlockGetABIVersion(); err == nil && v > 0 {
+		r.caps.Landlock = true
+	}
+	// NetworkEgress needs the network namespace (no route out).
+	r.caps.Network = r.caps.NetNamespace
 }
 
-// probeNamespaces starts the helper once with every namespace flag.
+// probeNamespaces starts the launcher once, in every namespace, in probe
+// mode.
 func (r *Runner) probeNamespaces() error {
-	cmd, cfgW, statR, err := startHelper(r.cfg.HelperPath, nil, nil, nil, cloneFlags)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := startLauncher(ctx, r.cfg.LauncherPath, launch.Config{Probe: true}, nil, nil)
 	if err != nil {
 		return err
 	}
-	_ = json.NewEncoder(cfgW).Encode(helperConfig{Probe: true})
-	cfgW.Close()
-	// A binary that does not call MaybeHelper first would run its own main
-	// instead of the helper: do not wait for it forever.
-	t := time.AfterFunc(10*time.Second, func() { _ = cmd.Process.Kill() })
-	defer t.Stop()
-	st, reported, werr := finishHelper(cmd, statR)
-	if !reported || !st.Started {
-		return fmt.Errorf("probe helper failed (is local.MaybeHelper the first call in main?): %v %s", werr, st.SetupError)
+	if err := l.wait(ctx); err != nil {
+		return fmt.Errorf("probe %s: %w", r.cfg.LauncherPath, err)
 	}
 	return nil
 }
@@ -124,12 +110,8 @@ func probeCgroup(h *cgroupHost, parent string) error {
 	return g.destroy(time.Second)
 }
 
-const cloneFlags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
-
 // Name implements runner.Runner.
 func (r *Runner) Name() string { return "local" }
-
-var _ runner.ImageNamer = (*Runner)(nil)
 
 // DefaultImage implements runner.ImageNamer: the configured Rootfs, ""
 // for the read-only view of the host.
@@ -144,68 +126,29 @@ func (r *Runner) CanonicalImage(image string) (string, error) {
 	return filepath.Clean(image), nil
 }
 
-// Capabilities implements runner.Runner. Network (NetworkEgress) needs the
-// network namespace: see egress_linux.go.
+// Capabilities implements runner.Runner.
 func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
 
-// owner is the ownership record in StateDir/<id>/owner.json.
-type owner struct {
-	PID        int    `json:"pid"`
-	Start      string `json:"start"` // /proc/<pid>/stat start time, guards pid reuse
-	Cgroup     string `json:"cgroup"`
-	Workspace  string `json:"workspace,omitempty"`
-	ChownedUID int    `json:"chowned_uid,omitempty"` // workspace owner to restore
-	ChownedGID int    `json:"chowned_gid,omitempty"`
-	Chowned    bool   `json:"chowned,omitempty"`
-}
-
-// Create implements runner.Runner.
+// Create implements runner.Runner: it records the sandbox's owner, makes
+// its cgroup, starts the launcher, which builds the isolation and execs
+// the agent, and returns once the agent answers. On failure nothing is
+// left behind.
 func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.Sandbox, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if spec.ID == "" {
-		spec.ID = newID()
+	if err := hostside.CheckSpec(&spec); err != nil {
+		return nil, err
 	}
-	if !validName(spec.ID) {
-		return nil, fmt.Errorf("create sandbox: id %q: %w", spec.ID, runner.ErrInvalidSpec)
-	}
-	switch spec.Network {
-	case "", runner.NetworkNone:
-	case runner.NetworkEgress:
-		if spec.Egress == nil {
-			return nil, fmt.Errorf("create sandbox: network %q needs SandboxSpec.Egress: %w", spec.Network, runner.ErrInvalidSpec)
-		}
-		if !r.caps.Network {
-			return nil, fmt.Errorf("create sandbox: network %q needs a network namespace: %w", spec.Network, runner.ErrUnsupported)
-		}
-	default:
-		return nil, fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
-	}
-	switch spec.WorkspaceMode {
-	case "":
-		spec.WorkspaceMode = runner.WorkspaceNone
-		if spec.Workspace != "" {
-			spec.WorkspaceMode = runner.WorkspaceReadOnly
-		}
-	case runner.WorkspaceNone, runner.WorkspaceReadOnly, runner.WorkspaceReadWrite:
-	default:
-		return nil, fmt.Errorf("create sandbox: workspace mode %q: %w", spec.WorkspaceMode, runner.ErrInvalidSpec)
-	}
-	if spec.WorkspaceMode != runner.WorkspaceNone {
-		if spec.Workspace == "" || !filepath.IsAbs(spec.Workspace) {
-			return nil, fmt.Errorf("create sandbox: workspace %q must be an absolute path: %w", spec.Workspace, runner.ErrInvalidSpec)
-		}
-		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("create sandbox: workspace %q is not a directory: %w", spec.Workspace, runner.ErrInvalidSpec)
-		}
+	iso := spec.Isolation
+	if iso.Network == runner.NetworkEgress && !r.caps.Network {
+		return nil, fmt.Errorf("create sandbox: network %q needs a network namespace: %w", iso.Network, runner.ErrUnsupported)
 	}
 	rootfs := r.cfg.Rootfs
 	if spec.Image != "" {
-		if !filepath.IsAbs(spec.Image) {
-			return nil, fmt.Errorf("create sandbox: image %q must be an absolute rootfs path: %w", spec.Image, runner.ErrInvalidSpec)
+		if rootfs, err = r.CanonicalImage(spec.Image); err != nil {
+			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
-		rootfs = spec.Image
 	}
 	if rootfs != "" {
 		if fi, err := os.Stat(rootfs); err != nil || !fi.IsDir() {
@@ -213,20 +156,23 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		}
 	}
 	if len(r.missing) > 0 {
-		if !r.cfg.AllowWeak {
+		if !r.cfg.AllowWeak || !r.caps.MountNamespace {
 			return nil, fmt.Errorf("create sandbox: host lacks %s: %w", strings.Join(r.missing, ", "), runner.ErrUnsupported)
 		}
 		r.cfg.Logger.Warn("local runner: creating a sandbox with weakened isolation (AllowWeak)",
 			"sandbox", spec.ID, "missing", strings.Join(r.missing, ", "))
 	}
-	limits := mergeLimits(spec.Limits, r.cfg.Defaults)
+	var filter []byte
+	if r.caps.Seccomp {
+		if filter, err = compileSeccomp(iso.Seccomp); err != nil {
+			return nil, fmt.Errorf("create sandbox: seccomp profile: %w: %w", err, runner.ErrInvalidSpec)
+		}
+	}
 	s := &Sandbox{
 		r:        r,
 		spec:     spec,
-		limits:   limits,
-		rootfs:   rootfs,
+		limits:   hostside.MergeLimits(spec.Limits, r.cfg.Defaults),
 		stateDir: filepath.Join(r.cfg.StateDir, spec.ID),
-		closing:  make(chan struct{}),
 	}
 	r.mu.Lock()
 	if _, dup := r.live[spec.ID]; dup {
@@ -251,13 +197,13 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	own := owner{PID: os.Getpid(), Start: procStart(os.Getpid()), Cgroup: filepath.Join(r.cfg.CgroupParent, spec.ID)}
-	if spec.WorkspaceMode == runner.WorkspaceReadWrite {
+	if iso.Workspace == runner.WorkspaceReadWrite {
 		fi, err := os.Stat(spec.Workspace)
 		if err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
 		st := fi.Sys().(*syscall.Stat_t)
-		if int(st.Uid) != r.cfg.UID || int(st.Gid) != r.cfg.GID {
+		if st.Uid != hostside.SandboxUID || st.Gid != hostside.SandboxUID {
 			own.Workspace, own.Chowned, own.ChownedUID, own.ChownedGID = spec.Workspace, true, int(st.Uid), int(st.Gid)
 		}
 	}
@@ -268,183 +214,32 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err := os.Mkdir(filepath.Join(s.stateDir, "root"), 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	if err := hostside.MakeStateDir(s.runDir()); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
 	if own.Chowned {
-		if err := os.Chown(spec.Workspace, r.cfg.UID, r.cfg.GID); err != nil {
+		if err := os.Chown(spec.Workspace, hostside.SandboxUID, hostside.SandboxUID); err != nil {
 			return nil, fmt.Errorf("create sandbox: make workspace writable: %w", err)
 		}
 	}
 	if r.cg != nil {
 		s.cg = r.cg.group(own.Cgroup)
-		if err := s.cg.create(limits); err != nil {
+		if err := s.cg.create(s.limits); err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
 	}
-	if spec.Network == runner.NetworkEgress {
-		s.egress = newFanIn()
-		eg, id, log := spec.Egress, spec.ID, r.cfg.Logger
-		go func() {
-			if err := eg.Serve(s.egress); err != nil && !errors.Is(err, net.ErrClosed) {
-				log.Warn("local runner: egress proxy stopped", "sandbox", id, "err", err)
-			}
-		}()
+	if iso.Network == runner.NetworkEgress {
+		ln, err := hostside.ServeEgress(filepath.Join(s.runDir(), filepath.Base(runner.EgressSocketPath)), spec.Egress, r.cfg.Logger, spec.ID)
+		if err != nil {
+			return nil, fmt.Errorf("create sandbox: egress: %w", err)
+		}
+		s.egress = ln
+	}
+	if err := s.start(ctx, rootfs, filter); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("create sandbox %s: %w: %w", spec.ID, runner.ErrUnavailable, err)
 	}
 	return s, nil
-}
-
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "sbx-" + hex.EncodeToString(b[:])
-}
-
-func writeOwner(dir string, o owner) error {
-	b, err := json.Marshal(o)
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, "owner.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, "owner.json"))
-}
-
-// procStart returns field 22 of /proc/<pid>/stat (start time in ticks), or
-// "" when the process does not exist.
-func procStart(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
-}
-
-// Reap destroys sandboxes recorded in StateDir whose owning process is gone
-// (a previous sandboxd killed with -9), and any record left by this process
-// that no open Sandbox holds: it kills their processes, removes their
-// cgroups and state dirs and gives rw workspaces their owner back. It
-// returns how many it destroyed. Sandboxes of another live process sharing
-// the StateDir are left alone.
-func (r *Runner) Reap(ctx context.Context) (int, error) {
-	entries, err := os.ReadDir(r.cfg.StateDir)
-	if err != nil {
-		return 0, fmt.Errorf("reap: %w", err)
-	}
-	n := 0
-	var errs []error
-	for _, e := range entries {
-		if ctx.Err() != nil {
-			return n, ctx.Err()
-		}
-		if !e.IsDir() || !validName(e.Name()) {
-			continue
-		}
-		r.mu.Lock()
-		_, live := r.live[e.Name()]
-		r.mu.Unlock()
-		if live {
-			continue // ours, open (or being created) in this process
-		}
-		dir := filepath.Join(r.cfg.StateDir, e.Name())
-		var own owner
-		b, err := os.ReadFile(filepath.Join(dir, "owner.json"))
-		if err == nil {
-			err = json.Unmarshal(b, &own)
-		}
-		if err != nil {
-			// A crash between mkdir and the record: nothing else exists.
-			own = owner{Cgroup: filepath.Join(r.cfg.CgroupParent, e.Name())}
-		}
-		if own.PID != 0 && own.PID != os.Getpid() && own.Start != "" && procStart(own.PID) == own.Start {
-			continue // another live runner process owns it
-		}
-		if err := r.destroy(dir, own); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
-}
-
-// destroy removes everything a sandbox record names.
-func (r *Runner) destroy(dir string, own owner) error {
-	var errs []error
-	if r.cg != nil && own.Cgroup != "" {
-		if err := r.cg.group(own.Cgroup).destroy(5 * time.Second); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if own.Chowned && own.Workspace != "" {
-		if err := os.Chown(own.Workspace, own.ChownedUID, own.ChownedGID); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("restore workspace owner: %w", err))
-		}
-	}
-	if len(errs) == 0 && dir != "" {
-		// Only empty dirs and our own files live here: every mount was
-		// made in a helper's private mount namespace.
-		if err := os.RemoveAll(dir); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// startHelper starts the init helper in new namespaces, blocked until its
-// config arrives on the returned writer.
-func startHelper(path string, stdin io.Reader, stdout, stderr io.Writer, flags uintptr, extra ...*os.File) (cmd *exec.Cmd, cfgW, statR *os.File, err error) {
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	statR, statW, err := os.Pipe()
-	if err != nil {
-		cfgR.Close()
-		cfgW.Close()
-		return nil, nil, nil, err
-	}
-	cmd = &exec.Cmd{
-		Path: "/proc/self/exe",
-		Args: []string{helperArg0},
-		// GORACE: race-enabled builds would otherwise sleep 1s at exit.
-		Env:        []string{"GOMAXPROCS=1", "GOTRACEBACK=none", "GORACE=atexit_sleep_ms=0"},
-		ExtraFiles: append([]*os.File{cfgR, statW}, extra...),
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: flags,
-			Pdeathsig:  syscall.SIGKILL,
-		},
-		WaitDelay: 2 * time.Second,
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	err = cmd.Start()
-	cfgR.Close()
-	statW.Close()
-	if err != nil {
-		cfgW.Close()
-		statR.Close()
-		return nil, nil, nil, fmt.Errorf("start helper: %w", err)
-	}
-	return cmd, cfgW, statR, nil
-}
-
-// finishHelper waits for the helper and decodes its status. reported is
-// false when the helper died without reporting (it was killed); werr then
-// describes how it ended.
-func finishHelper(cmd *exec.Cmd, statR *os.File) (st helperStatus, reported bool, werr error) {
-	werr = cmd.Wait()
-	decErr := json.NewDecoder(statR).Decode(&st)
-	statR.Close()
-	if errors.Is(werr, exec.ErrWaitDelay) {
-		werr = nil
-	}
-	return st, decErr == nil, werr
 }

@@ -2,327 +2,170 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"strings"
+	"net"
+	"path/filepath"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
-	"github.com/sandboxd/sandboxd/runner/internal/iox"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
 
-const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+var (
+	_ runner.Sandbox      = (*Sandbox)(nil)
+	_ runner.AgentSandbox = (*Sandbox)(nil)
+)
 
-// flushWait bounds how long Exec waits for a caller's slow streaming writer
-// after the process has ended.
-const flushWait = 5 * time.Second
-
-var _ runner.Sandbox = (*Sandbox)(nil)
-
-// Sandbox is a local sandbox: a cgroup, a state dir and the settings every
-// Exec's fresh namespaces are built from.
+// Sandbox is a local sandbox: its namespaces with the agent as pid 1, its
+// cgroup and its state dir.
 type Sandbox struct {
 	r        *Runner
 	spec     runner.SandboxSpec
 	limits   runner.Limits
-	rootfs   string
 	stateDir string
 	owner    owner
-	cg       *cgroup // nil without cgroups (AllowWeak)
-	egress   *fanIn  // NetworkEgress: every Exec's proxy connections, served by spec.Egress
+	cg       *cgroup          // nil without cgroups (AllowWeak)
+	hcg      *hostside.Cgroup // the same group read per Exec; nil without cgroups
+	egress   net.Listener     // NetworkEgress: the egress socket, served by spec.Egress
+	l        *launcher        // the agent's process
+	log      *agentLog
+	client   *agent.Client
 
 	mu       sync.Mutex
+	inflight int
 	closed   bool
-	closing  chan struct{} // closed by Close: running Execs are killed
-	wg       sync.WaitGroup
-	closeErr error
+	done     chan struct{} // closed when Close has finished
 }
+
+// runDir is the host directory mounted at runner.AgentDir.
+func (s *Sandbox) runDir() string { return filepath.Join(s.stateDir, "run") }
 
 // ID implements runner.Sandbox.
 func (s *Sandbox) ID() string { return s.spec.ID }
 
-// Exec implements runner.Sandbox. Each call runs p in fresh namespaces;
-// only the workspace and the cgroup are shared between calls. Cancelling
-// ctx kills the tree and returns the result with ctx's error.
+// Agent implements runner.AgentSandbox: the connection to the sandbox's
+// agent (REPL, files). Close closes it.
+func (s *Sandbox) Agent() *agent.Client { return s.client }
+
+func (s *Sandbox) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Exec implements runner.Sandbox: the agent runs the process as the code
+// (hostside.ExecRequest, ExecResult: the container runners' way).
 func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, error) {
-	if len(p.Args) == 0 || p.Args[0] == "" {
-		return runner.Result{}, fmt.Errorf("exec: empty command: %w", runner.ErrInvalidSpec)
+	req, onOutput, err := hostside.ExecRequest(p, s.limits, s.spec.Isolation.Workspace)
+	if err != nil {
+		return runner.Result{}, err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return runner.Result{}, fmt.Errorf("exec: %w", runner.ErrClosed)
+		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.spec.ID, runner.ErrClosed)
 	}
-	s.wg.Add(1)
+	s.inflight++
 	s.mu.Unlock()
-	defer s.wg.Done()
 	if err := ctx.Err(); err != nil {
+		s.endExec()
 		return runner.Result{}, err
 	}
-
-	timeout := s.limits.Timeout
-	if p.Timeout > 0 {
-		timeout = p.Timeout
-	}
-	cfg := s.helperConfig(p)
-	stdout := iox.NewStream(s.limits.OutputBytes, p.Stdout)
-	stderr := iox.NewStream(s.limits.OutputBytes, p.Stderr)
-	var before counters
-	if s.cg != nil {
-		s.cg.resetPeak()
-		before = s.cg.counters()
-	}
-
-	var extra []*os.File
-	var egressR *os.File
-	if s.egress != nil {
-		r, w, err := egressPair()
-		if err != nil {
-			stdout.Finish(0)
-			stderr.Finish(0)
-			return runner.Result{}, fmt.Errorf("exec: %w", err)
-		}
-		egressR, extra = r, []*os.File{w}
-	}
-	stdin := p.Stdin
-	var stdinR *os.File
-	if p.LongLived && stdin != nil {
-		// A long-lived process's stdin is a stream that may never end:
-		// give the helper a pipe fed by our own goroutine, since os/exec
-		// would wait for its copying goroutine (blocked reading the
-		// stream) after the process died, and the death would go unseen.
-		r, w, err := os.Pipe()
-		if err != nil {
-			stdout.Finish(0)
-			stderr.Finish(0)
-			return runner.Result{}, fmt.Errorf("exec: %w", err)
-		}
-		go func() {
-			_, _ = io.Copy(w, p.Stdin)
-			w.Close()
-		}()
-		stdin, stdinR = r, r
-	}
-	start := time.Now()
-	cmd, cfgW, statR, err := startHelper(s.r.cfg.HelperPath, stdin, stdout, stderr, s.r.cloneFlags(), extra...)
-	if stdinR != nil {
-		stdinR.Close() // the helper has its own copy
-	}
-	for _, f := range extra {
-		f.Close()
-	}
+	before := s.hcg.Sample()
+	ar, err := s.client.Exec(ctx, req, onOutput)
+	after := s.hcg.Sample()
+	s.endExec()
 	if err != nil {
-		if egressR != nil {
-			egressR.Close()
+		switch {
+		case ctx.Err() != nil:
+			return runner.Result{}, ctx.Err()
+		case s.isClosed():
+			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.spec.ID, runner.ErrClosed)
 		}
-		stdout.Finish(0)
-		stderr.Finish(0)
-		return runner.Result{}, fmt.Errorf("exec: %w", err)
-	}
-	if egressR != nil {
-		egressStop := make(chan struct{})
-		defer close(egressStop)
-		go execEgress(egressR, s.egress, egressStop)
-	}
-	// The helper blocks on its config: put it into the cgroup first.
-	if s.cg != nil {
-		if err := s.cg.add(cmd.Process.Pid); err != nil {
-			_ = cmd.Process.Kill()
-			cfgW.Close()
-			finishHelper(cmd, statR)
-			stdout.Finish(0)
-			stderr.Finish(0)
-			return runner.Result{}, fmt.Errorf("exec: %w", err)
+		var re *agent.RemoteError
+		if errors.As(err, &re) {
+			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w", s.spec.ID, runner.ErrInvalidSpec, err)
 		}
-	}
-	err = json.NewEncoder(cfgW).Encode(cfg)
-	cfgW.Close()
-	if err != nil {
-		_ = cmd.Process.Kill()
-	}
-
-	var timedOut, cancelled, closed atomic.Bool
-	stop := make(chan struct{})
-	go func() {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expire := t.C
-		if p.LongLived { // served until it exits, ctx ends or the sandbox closes
-			expire = nil
+		if s.agentExited(2*time.Second) && s.hcg.Sample().OOMKills > before.OOMKills {
+			// The OOM killer took the agent itself: the process's fate is
+			// a result; later Execs fail.
+			return hostside.OOMResult(after.Peak), nil
 		}
-		select {
-		case <-expire:
-			timedOut.Store(true)
-		case <-ctx.Done():
-			cancelled.Store(true)
-		case <-s.closing:
-			closed.Store(true)
-		case <-stop:
-			return
-		}
-		// SIGKILL to the namespace's init takes down the whole tree.
-		_ = cmd.Process.Kill()
-	}()
-	st, reported, werr := finishHelper(cmd, statR)
-	close(stop)
-	res := runner.Result{Duration: time.Since(start)}
-	res.Stdout, res.StdoutTruncated = stdout.Finish(flushWait)
-	res.Stderr, res.StderrTruncated = stderr.Finish(flushWait)
-	if s.cg != nil {
-		after := s.cg.counters()
-		res.Usage = runner.Usage{CPU: after.cpu - before.cpu, PeakMemory: s.cg.peak()}
-		res.OOMKilled = after.oomKill > before.oomKill
+		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w%s", s.spec.ID, runner.ErrUnavailable, err, s.log.note())
 	}
-	res.TimedOut = timedOut.Load()
-	killed := res.TimedOut || cancelled.Load() || closed.Load() || res.OOMKilled
-	switch {
-	case reported && st.SetupError != "":
-		if !killed {
-			return res, fmt.Errorf("exec: sandbox setup: %s", st.SetupError)
-		}
-		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), "SIGKILL"
-	case reported:
-		res.ExitCode = st.ExitCode
-		if st.Signal != 0 {
-			res.Signal = signalName(syscall.Signal(st.Signal))
-		}
-	case killed:
-		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), "SIGKILL"
-	default:
-		// The helper died on its own before reporting: an infrastructure
-		// fault (it was not killed by us nor by the OOM killer).
-		return res, fmt.Errorf("exec: sandbox helper died: %v", werr)
-	}
-	if cancelled.Load() {
-		return res, fmt.Errorf("exec: %w", ctx.Err())
-	}
-	if closed.Load() {
-		return res, fmt.Errorf("exec: %w", runner.ErrClosed)
-	}
-	return res, nil
+	return hostside.ExecResult(ar, req, s.limits, s.hcg, before, after), nil
 }
 
-func (s *Sandbox) helperConfig(p runner.Process) helperConfig {
-	env := append([]string(nil), p.Env...)
-	hasPath := false
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "PATH=") {
-			hasPath = true
-		}
-	}
-	if !hasPath {
-		env = append(env, defaultPath)
-	}
-	ws := s.spec.WorkspaceMode != runner.WorkspaceNone
-	caps := s.r.caps
-	dir := p.Dir
-	if dir == "" {
-		dir = "/"
-		if ws {
-			dir = runner.WorkspaceDir
-		}
-	}
-	if !caps.MountNamespace && ws {
-		// Weak mode (AllowWeak without a mount namespace): /workspace
-		// cannot be remapped, so run in the workspace itself.
-		if rest, ok := strings.CutPrefix(dir, runner.WorkspaceDir); ok && (rest == "" || rest[0] == '/') {
-			dir = s.spec.Workspace + rest
-		}
-	}
-	cfg := helperConfig{
-		Mounts:       caps.MountNamespace,
-		Root:         s.stateDir + "/root",
-		Rootfs:       s.rootfs,
-		TmpBytes:     s.r.cfg.TmpBytes,
-		Args:         p.Args,
-		Env:          env,
-		Dir:          dir,
-		UID:          s.r.cfg.UID,
-		GID:          s.r.cfg.GID,
-		NoFile:       uint64(s.limits.NoFile),
-		FileSize:     uint64(s.limits.FileSize),
-		Seccomp:      s.r.seccomp, // denies inet sockets
-		Landlock:     s.r.landlk && caps.MountNamespace,
-		SetHostname:  caps.MountNamespace,
-		DropBounding: s.r.root,
-		SetCreds:     s.r.root,
-	}
-	if s.egress != nil {
-		// Inet sockets so programs reach the proxy on their loopback;
-		// the namespace has no other interface and no route.
-		cfg.EgressAddr = runner.EgressProxyAddr
-		if len(cfg.Seccomp) > 0 {
-			cfg.Seccomp = s.r.seccompInet
-		}
-	}
-	if ws {
-		cfg.Workspace = s.spec.Workspace
-		cfg.WorkspaceRO = s.spec.WorkspaceMode == runner.WorkspaceReadOnly
-		cfg.WorkspaceRW = s.spec.WorkspaceMode == runner.WorkspaceReadWrite
-	}
-	return cfg
-}
-
-func (r *Runner) cloneFlags() uintptr {
-	if r.caps.PIDNamespace {
-		return cloneFlags
-	}
-	return 0
-}
-
-// signalName maps a signal to its conventional name ("SIGKILL").
-func signalName(sig syscall.Signal) string {
-	if name := unixSignalName(sig); name != "" {
-		return name
-	}
-	return fmt.Sprintf("SIG%d", int(sig))
-}
-
-// Stats implements runner.Sandbox: CPU used and peak memory of the
-// sandbox's cgroup (peak since the last Exec started, on cgroup v1).
-func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
+// endExec kills processes that left the agent's session once no Exec
+// runs: nothing an Exec started outlives it, daemons included.
+func (s *Sandbox) endExec() {
 	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return runner.Usage{}, fmt.Errorf("stats: %w", runner.ErrClosed)
+	defer s.mu.Unlock()
+	s.inflight--
+	if s.inflight == 0 && !s.closed {
+		if n := s.hcg.KillStrays(); n > 0 {
+			s.r.cfg.Logger.Debug("local runner: killed processes that left the agent's session", "sandbox", s.spec.ID, "count", n)
+		}
 	}
-	if s.cg == nil {
-		return runner.Usage{}, fmt.Errorf("stats: no cgroups: %w", runner.ErrUnsupported)
-	}
-	return runner.Usage{CPU: s.cg.counters().cpu, PeakMemory: s.cg.peak()}, nil
 }
 
-// Close implements runner.Sandbox: it kills every process of the sandbox,
-// removes its cgroups and state dir and gives the workspace its owner back.
-// The workspace's content is left alone. Close is idempotent.
+// agentExited reports whether the agent died, waiting up to d.
+func (s *Sandbox) agentExited(d time.Duration) bool {
+	select {
+	case <-s.l.exited:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// Stats implements runner.Sandbox from the sandbox's cgroup.
+func (s *Sandbox) Stats(ctx context.Context) (runner.Usage, error) {
+	if s.isClosed() {
+		return runner.Usage{}, fmt.Errorf("stats of sandbox %s: %w", s.spec.ID, runner.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return runner.Usage{}, err
+	}
+	if s.hcg == nil {
+		return runner.Usage{}, fmt.Errorf("stats of sandbox %s: no cgroups: %w", s.spec.ID, runner.ErrUnsupported)
+	}
+	smp := s.hcg.Sample()
+	return runner.Usage{CPU: smp.CPU, PeakMemory: smp.Peak}, nil
+}
+
+// Close implements runner.Sandbox: it closes the agent connection, kills
+// the agent (the sandbox's init: every process of the sandbox dies with
+// it), removes the cgroup and the state dir and gives the workspace its
+// owner back. The workspace's content is left alone. Idempotent; later
+// calls wait for the first and return nil.
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
+		done := s.done
 		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
 		return nil
 	}
 	s.closed = true
-	close(s.closing)
+	s.done = make(chan struct{})
 	s.mu.Unlock()
+	defer close(s.done)
 
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	wait := time.NewTimer(10 * time.Second)
-	defer wait.Stop()
-	select {
-	case <-done:
-	case <-wait.C:
-	case <-ctx.Done():
+	if s.client != nil {
+		s.client.Close()
+	}
+	if s.l != nil {
+		s.l.kill()
 	}
 	if s.egress != nil {
-		s.egress.Close() // Serve returns and closes its connections
+		s.egress.Close()
 	}
 	var errs []error
 	if s.cg != nil {
@@ -350,7 +193,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 func (r *Runner) Leftovers(id string) []string {
 	var out []string
 	if r.cg != nil {
-		g := r.cg.group(r.cfg.CgroupParent + "/" + id)
+		g := r.cg.group(filepath.Join(r.cfg.CgroupParent, id))
 		for _, pid := range g.procs() {
 			out = append(out, fmt.Sprintf("process %d in cgroup", pid))
 		}
@@ -358,8 +201,8 @@ func (r *Runner) Leftovers(id string) []string {
 			out = append(out, "cgroup "+d)
 		}
 	}
-	if s := r.cfg.StateDir + "/" + id; pathExists(s) {
-		out = append(out, "state dir "+s)
+	if d := filepath.Join(r.cfg.StateDir, id); pathExists(d) {
+		out = append(out, "state dir "+d)
 	}
 	return out
 }

@@ -215,7 +215,7 @@ func (s *suite) testInvalid(t *testing.T) {
 
 func (s *suite) testConcurrentExec(t *testing.T) {
 	ws := workspace(t)
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	const n = 4
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

@@ -75,7 +75,7 @@ func (s *suite) testEgress(t *testing.T) {
 		},
 	})}
 
-	sb := s.sandbox(t, runner.SandboxSpec{Network: runner.NetworkEgress, Egress: eg})
+	sb := s.sandbox(t, runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: eg})
 	proxyURL := "http://" + runner.EgressProxyAddr
 	script := fmt.Sprintf(`import socket, urllib.request, urllib.error
 port = %d
@@ -162,6 +162,16 @@ for host, p in %s:
 		t.Errorf("proxy recorded %d allowed and %d denied requests, want 2 and 1", allowed, denied)
 	}
 
+	// With an agent, the REPL (the code too) finds the proxy in its
+	// environment, set by the agent's forwarder.
+	if as, ok := sb.(runner.AgentSandbox); ok {
+		r, err := as.Agent().REPL(t.Context(), replRequest(fmt.Sprintf(`import os, urllib.request
+urllib.request.urlopen("http://allowed.test:%d/repl", timeout=10).read().decode() + " via " + os.environ["HTTP_PROXY"]`, port)), nil)
+		if err != nil || !r.OK || r.Value != fmt.Sprintf("'hello from origin GET /repl via %s'", proxyURL) {
+			t.Errorf("egress from the REPL: %v %+v", err, r)
+		}
+	}
+
 	// Close stops serving the sandbox's egress socket.
 	if err := sb.Close(t.Context()); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -176,7 +186,7 @@ for host, p in %s:
 
 	// A NetworkNone sandbox of the same runner still has no inet sockets.
 	if s.caps.Seccomp {
-		none := s.sandbox(t, runner.SandboxSpec{Network: runner.NetworkNone})
+		none := s.sandbox(t, runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 		res := s.py(t, none, `import socket, errno
 try:
     socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -191,7 +201,7 @@ except OSError as e:
 
 func (s *suite) testEgressNeedsEgress(t *testing.T) {
 	s.need(t, s.caps.Network, "network egress")
-	_, err := s.r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress})
+	_, err := s.r.Create(t.Context(), runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkEgress)})
 	if err == nil {
 		t.Fatal("Create with NetworkEgress and no Egress succeeded")
 	}

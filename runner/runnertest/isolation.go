@@ -19,7 +19,7 @@ func (s *suite) testWorkspaceRW(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("from host"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	res := s.sh(t, sb, "cat in.txt && echo written > out.txt && mkdir -p sub && echo deep > sub/f")
 	mustOK(t, res)
 	if string(res.Stdout) != "from host" {
@@ -42,7 +42,7 @@ func (s *suite) testWorkspaceRW(t *testing.T) {
 
 func (s *suite) testWorkspacePersists(t *testing.T) {
 	ws := workspace(t)
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	mustOK(t, s.sh(t, sb, "echo one > state; mkdir d; echo two > d/x"))
 	res := s.sh(t, sb, "cat state d/x")
 	mustOK(t, res)
@@ -70,7 +70,7 @@ func (s *suite) testWorkspaceRO(t *testing.T) {
 	if err := os.Chmod(filepath.Join(ws, "in.txt"), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadOnly})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)})
 	res := s.sh(t, sb, "cat in.txt")
 	mustOK(t, res)
 	if string(res.Stdout) != "ro data" {
@@ -98,7 +98,7 @@ func (s *suite) testWorkspaceNone(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "secret"), []byte("s3cret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceNone})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	res := s.sh(t, sb, "pwd; cat "+runner.WorkspaceDir+"/secret; cat "+ws+"/secret; ls -a "+runner.WorkspaceDir)
 	if strings.Contains(string(res.Stdout), "s3cret") {
 		t.Fatalf("WorkspaceNone exposed the workspace: %s", res.Stdout)
@@ -167,7 +167,7 @@ func (s *suite) testWriteOutside(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(outside, "host-secret"), []byte("hush"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	res := s.sh(t, sb, fmt.Sprintf(`cat %[1]s/host-secret; echo pwn > %[1]s/pwned; echo pwn > ../escape; ln -s / root-link && echo pwn > root-link/escape2; ln -s %[1]s out && echo pwn > out/pwned2; cat /proc/1/root/%[1]s/host-secret; true`, outside))
 	if strings.Contains(string(res.Stdout), "hush") {
 		t.Fatalf("read a host file outside the workspace: %s", res.Stdout)
@@ -196,7 +196,7 @@ func (s *suite) testNoNetwork(t *testing.T) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	sb := s.sandbox(t, runner.SandboxSpec{Network: runner.NetworkNone})
+	sb := s.sandbox(t, runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	res := s.py(t, sb, fmt.Sprintf(`import socket
 for host in ["127.0.0.1", "10.0.0.1", "1.1.1.1"]:
     try:
@@ -224,7 +224,7 @@ for host in ["127.0.0.1", "10.0.0.1", "1.1.1.1"]:
 
 func (s *suite) testInetSocket(t *testing.T) {
 	s.need(t, s.caps.Seccomp, "socket family filtering (seccomp)")
-	sb := s.sandbox(t, runner.SandboxSpec{Network: runner.NetworkNone})
+	sb := s.sandbox(t, runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkNone)})
 	res := s.py(t, sb, `import socket, errno
 out = []
 for fam, typ in [(socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET, socket.SOCK_DGRAM), (socket.AF_INET6, socket.SOCK_STREAM), (socket.AF_NETLINK, socket.SOCK_RAW), (socket.AF_PACKET, socket.SOCK_RAW)]:
@@ -250,7 +250,7 @@ func (s *suite) testEgressRefused(t *testing.T) {
 	if s.caps.Network {
 		t.Skipf("runner %q supports network egress; covered by its own tests", s.r.Name())
 	}
-	_, err := s.r.Create(t.Context(), runner.SandboxSpec{Network: runner.NetworkEgress})
+	_, err := s.r.Create(t.Context(), runner.SandboxSpec{Isolation: Isolation(runner.WorkspaceNone, runner.NetworkEgress)})
 	if !errors.Is(err, runner.ErrUnsupported) {
 		t.Fatalf("Create with NetworkEgress: %v, want ErrUnsupported", err)
 	}
@@ -280,44 +280,6 @@ for p in sorted(os.listdir("/proc")):
 	res = s.sh(t, sb, fmt.Sprintf("kill -0 %d && echo REACHED", os.Getpid()))
 	if strings.Contains(string(res.Stdout), "REACHED") && os.Getpid() > 10 {
 		t.Fatalf("sandbox could signal pid %d", os.Getpid())
-	}
-}
-
-func (s *suite) testUnprivileged(t *testing.T) {
-	s.need(t, s.f.DropsPrivileges, "privilege dropping")
-	sb := s.sandbox(t, runner.SandboxSpec{})
-	res := s.sh(t, sb, "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status")
-	mustOK(t, res)
-	fields := map[string]string{}
-	for _, line := range strings.Split(string(res.Stdout), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			fields[k] = strings.Join(strings.Fields(v), " ")
-		}
-	}
-	for _, k := range []string{"Uid", "Gid"} {
-		for _, id := range strings.Fields(fields[k]) {
-			if id == "0" {
-				t.Errorf("%s: %s (root)", k, fields[k])
-			}
-		}
-	}
-	if g := fields["Groups"]; g != "" && g != "65534" {
-		for _, id := range strings.Fields(g) {
-			if id == "0" {
-				t.Errorf("supplementary group root: %q", g)
-			}
-		}
-	}
-	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
-		if fields[k] != "0000000000000000" {
-			t.Errorf("%s = %q, want none", k, fields[k])
-		}
-	}
-	if fields["NoNewPrivs"] != "1" {
-		t.Errorf("NoNewPrivs = %q", fields["NoNewPrivs"])
-	}
-	if s.caps.Seccomp && fields["Seccomp"] != "2" {
-		t.Errorf("Seccomp = %q, want 2 (filter)", fields["Seccomp"])
 	}
 }
 

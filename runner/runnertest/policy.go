@@ -1,6 +1,9 @@
 package runnertest
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -52,10 +55,11 @@ print(" ".join(out))`
 		{"exec+http", []tools.Effect{tools.EffectExec, tools.EffectHTTP}, []string{"read:no", "write:no", "inet:yes", "direct:no"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			iso := policy.Compile(tc.effects)
-			if !iso.Sandbox {
+			compiled := policy.Compile(tc.effects)
+			if !compiled.Sandbox {
 				t.Fatalf("Compile(%v) needs no sandbox", tc.effects)
 			}
+			iso := compiled.Spec
 			needsMounts := iso.Workspace != runner.WorkspaceReadWrite
 			if needsMounts {
 				s.need(t, s.caps.MountNamespace, "workspace modes (mount namespace)")
@@ -72,7 +76,7 @@ print(" ".join(out))`
 			if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("host"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			spec := runner.SandboxSpec{Workspace: ws, WorkspaceMode: iso.Workspace, Network: iso.Network}
+			spec := runner.SandboxSpec{Workspace: ws, Isolation: iso}
 			if iso.Network == runner.NetworkEgress {
 				spec.Egress = refuseEgress{}
 			}
@@ -113,4 +117,65 @@ func (refuseEgress) Serve(l net.Listener) error {
 		}
 		c.Close()
 	}
+}
+
+// testNoIsolation: a spec without a compiled isolation is refused; no
+// runner falls back to isolation of its own.
+func (s *suite) testNoIsolation(t *testing.T) {
+	sb, err := s.r.Create(t.Context(), runner.SandboxSpec{})
+	if err == nil {
+		sb.Close(t.Context())
+		t.Fatal("Create without SandboxSpec.Isolation succeeded")
+	}
+	if !errors.Is(err, runner.ErrInvalidSpec) {
+		t.Fatalf("Create without SandboxSpec.Isolation: %v, want ErrInvalidSpec", err)
+	}
+}
+
+// testMaskedPaths: the isolation's masked paths read as nothing (an empty
+// file or directory, or no access at all) and its read-only paths cannot be
+// opened for writing, wherever the sandbox has them.
+func (s *suite) testMaskedPaths(t *testing.T) {
+	s.need(t, s.caps.MountNamespace, "masked paths (mount namespace)")
+	iso := Isolation(runner.WorkspaceNone, runner.NetworkNone)
+	sb := s.sandbox(t, runner.SandboxSpec{Isolation: iso})
+	list := func(ps []string) string {
+		b, _ := json.Marshal(ps)
+		return string(b)
+	}
+	res := s.py(t, sb, fmt.Sprintf(`import os
+masked, readonly = %s, %s
+seen = 0
+for p in masked:
+    if not os.path.lexists(p):
+        continue
+    seen += 1
+    try:
+        if os.path.isdir(p):
+            got = os.listdir(p)
+        else:
+            with open(p, "rb") as f:
+                got = f.read(64)
+        if got:
+            print("EXPOSED", p, repr(got)[:60])
+    except OSError:
+        pass
+for p in readonly:
+    target = p
+    if os.path.isdir(p):
+        target = os.path.join(p, "kernel", "hostname") if p.endswith("/sys") else None
+    if target is None or not os.path.exists(target):
+        continue
+    try:
+        os.close(os.open(target, os.O_WRONLY))
+        print("WRITABLE", target)
+    except OSError:
+        pass
+print("SEEN", seen)`, list(iso.MaskedPaths), list(iso.ReadonlyPaths)))
+	mustOK(t, res)
+	out := string(res.Stdout)
+	if strings.Contains(out, "EXPOSED") || strings.Contains(out, "WRITABLE") {
+		t.Fatalf("masked or read-only paths reachable:\n%s", out)
+	}
+	t.Logf("%s", strings.TrimSpace(out))
 }

@@ -126,7 +126,7 @@ func (s *suite) testTrapTerm(t *testing.T) {
 
 func (s *suite) testClose(t *testing.T) {
 	ws := workspace(t)
-	sb, err := s.r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, WorkspaceMode: runner.WorkspaceReadWrite, Network: runner.NetworkNone})
+	sb, err := s.r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,8 @@ import (
 )
 
 // Options are operator limits. Zero fields take the defaults listed; a
-// request may lower a limit through its own arguments, never raise it.
+// request may lower a limit through its own arguments, never raise it
+// (the exec timeout excepted: see DefaultExecTimeout).
 type Options struct {
 	// MaxReadBytes caps the text read_file returns and the size of a file
 	// str_replace edits. Default 1 MiB.
@@ -39,11 +40,12 @@ type Options struct {
 	// MaxHashBytes: file_info hashes regular files up to this size.
 	// Default 64 MiB.
 	MaxHashBytes int64
-	// DefaultExecTimeout is the Command.Timeout of python_repl and bash
-	// when the call sets none. Default 60s.
+	// DefaultExecTimeout and MaxExecTimeout are the job timeout's default
+	// and ceiling (the daemon passes limits.defaults.timeout and
+	// limits.ceilings.timeout), told to the model in timeout_seconds'
+	// description. The job service enforces them. Defaults 60s and 30m.
 	DefaultExecTimeout time.Duration
-	// MaxExecTimeout caps timeout_seconds. Default 1h.
-	MaxExecTimeout time.Duration
+	MaxExecTimeout     time.Duration
 	// PythonPath and BashPath are the interpreters inside the sandbox.
 	// Defaults /usr/bin/python3 and /bin/bash.
 	PythonPath string
@@ -56,22 +58,21 @@ type Options struct {
 
 // Defaults.
 const (
-	DefaultMaxReadBytes       = 1 << 20
-	DefaultMaxWriteBytes      = 10 << 20
-	DefaultMaxOutputBytes     = 256 << 10
-	DefaultMaxEntries         = 10000
-	DefaultMaxMatches         = 5000
-	DefaultMaxWalkEntries     = 200000
-	DefaultMaxGrepFileBytes   = 10 << 20
-	DefaultMaxHashBytes       = 64 << 20
-	DefaultExecTimeout        = 60 * time.Second
-	DefaultMaxExecTimeout     = time.Hour
-	DefaultPythonPath         = "/usr/bin/python3"
-	DefaultBashPath           = "/bin/bash"
-	DefaultWorkDir            = "/workspace"
-	defaultListEntries        = 1000
-	defaultGrepMatches        = 200
-	maxExecTimeoutSecondsJSON = 3600
+	DefaultMaxReadBytes     = 1 << 20
+	DefaultMaxWriteBytes    = 10 << 20
+	DefaultMaxOutputBytes   = 256 << 10
+	DefaultMaxEntries       = 10000
+	DefaultMaxMatches       = 5000
+	DefaultMaxWalkEntries   = 200000
+	DefaultMaxGrepFileBytes = 10 << 20
+	DefaultMaxHashBytes     = 64 << 20
+	DefaultExecTimeout      = 60 * time.Second
+	DefaultMaxExecTimeout   = 30 * time.Minute
+	DefaultPythonPath       = "/usr/bin/python3"
+	DefaultBashPath         = "/bin/bash"
+	DefaultWorkDir          = "/workspace"
+	defaultListEntries      = 1000
+	defaultGrepMatches      = 200
 )
 
 func (o Options) withDefaults() Options {

@@ -71,24 +71,28 @@ func sandboxEnv() []string {
 	}
 }
 
-// execTimeout turns timeout_seconds into a Command timeout: the default when
-// absent, never above the operator's ceiling.
-func execTimeout(o Options, args map[string]any) time.Duration {
+// execTimeout turns timeout_seconds into a Command timeout: 0 when absent
+// (the job's timeout applies), else exactly what the call asks. The job
+// service holds it to the operator's ceiling before the job is queued (a
+// call above it is a 400 naming the ceiling): nothing is clipped here.
+func execTimeout(args map[string]any) time.Duration {
 	f, ok := argFloat(args, "timeout_seconds")
-	if !ok || f <= 0 || math.IsNaN(f) {
-		return o.DefaultExecTimeout
-	}
-	if f > o.MaxExecTimeout.Seconds() {
-		return o.MaxExecTimeout
+	if !ok || f <= 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0
 	}
 	return time.Duration(f * float64(time.Second))
 }
 
-var timeoutProp = map[string]any{
-	"type":        "number",
-	"minimum":     1,
-	"maximum":     maxExecTimeoutSecondsJSON,
-	"description": "Wall-clock limit in seconds; the process is killed when it runs longer. Defaults to the server's default (60s unless configured).",
+// timeoutProp describes timeout_seconds with the server's default and
+// ceiling (Options), which a model plans from.
+func timeoutProp(o Options) map[string]any {
+	return map[string]any{
+		"type":    "number",
+		"minimum": 1,
+		"description": fmt.Sprintf("Wall-clock limit in seconds; the process is killed when it runs longer. "+
+			"Default %g (the server's default); at most %g (the server's ceiling: more is refused).",
+			o.DefaultExecTimeout.Seconds(), o.MaxExecTimeout.Seconds()),
+	}
 }
 
 func mustSchema(v any) json.RawMessage {
@@ -117,8 +121,10 @@ func pythonTool(o Options) *tools.Tool {
 		Name: "python_repl",
 		Description: "Run Python 3 code in the job's sandbox, with /workspace as the working directory. " +
 			"All statements run; if the last statement is an expression its repr() is printed (unless None), as in a notebook. " +
-			"Exceptions print a traceback to stderr and exit with status 1. Each call starts a fresh interpreter: " +
-			"keep state in files under /workspace. Only the standard library is guaranteed to be present.",
+			"Exceptions print a traceback to stderr and exit with status 1. In a session, calls share one interpreter: " +
+			"variables, imports and files persist between calls, and open matplotlib figures come back as PNG images; " +
+			"outside a session each call starts a fresh interpreter (keep state in files under /workspace). " +
+			"Only the standard library is guaranteed to be present.",
 		InputSchema: objectSchema(map[string]any{
 			"code": map[string]any{
 				"type":        "string",
@@ -126,7 +132,7 @@ func pythonTool(o Options) *tools.Tool {
 				"maxLength":   1_000_000,
 				"description": "Python 3 source code to run.",
 			},
-			"timeout_seconds": timeoutProp,
+			"timeout_seconds": timeoutProp(o),
 		}, "code"),
 		Effects:      []tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite},
 		ParallelSafe: true,
@@ -142,7 +148,7 @@ func pythonTool(o Options) *tools.Tool {
 				Stdin:   []byte(code),
 				Env:     sandboxEnv(),
 				Dir:     o.WorkDir,
-				Timeout: execTimeout(o, args),
+				Timeout: execTimeout(args),
 			}, nil
 		},
 	}
@@ -161,7 +167,7 @@ func bashTool(o Options) *tools.Tool {
 				"maxLength":   maxArgBytes,
 				"description": "The bash command line, run with bash -c.",
 			},
-			"timeout_seconds": timeoutProp,
+			"timeout_seconds": timeoutProp(o),
 		}, "command"),
 		Effects:      []tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite},
 		ParallelSafe: true,
@@ -177,7 +183,7 @@ func bashTool(o Options) *tools.Tool {
 				Args:    []string{o.BashPath, "--noprofile", "--norc", "-c", cmd},
 				Env:     sandboxEnv(),
 				Dir:     o.WorkDir,
-				Timeout: execTimeout(o, args),
+				Timeout: execTimeout(args),
 			}, nil
 		},
 	}

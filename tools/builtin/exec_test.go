@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os/exec"
 	"slices"
@@ -28,13 +29,25 @@ func TestPythonCommand(t *testing.T) {
 			t.Errorf("env lacks %s: %q", kv, cmd.Env)
 		}
 	}
+	// No timeout_seconds: none here, the job's timeout applies.
 	cmd, _ = tl.Command(map[string]any{"code": "x"})
-	if cmd.Timeout != DefaultExecTimeout {
-		t.Errorf("default timeout %v", cmd.Timeout)
+	if cmd.Timeout != 0 {
+		t.Errorf("timeout without timeout_seconds %v, want 0", cmd.Timeout)
 	}
+	// Above the ceiling is not clipped here: the job service refuses it.
 	cmd, _ = Tools(Options{MaxExecTimeout: 10 * time.Second})[0].Command(map[string]any{"code": "x", "timeout_seconds": 3600.0})
-	if cmd.Timeout != 10*time.Second {
-		t.Errorf("timeout above ceiling: %v", cmd.Timeout)
+	if cmd.Timeout != time.Hour {
+		t.Errorf("timeout_seconds 3600: %v, want 1h", cmd.Timeout)
+	}
+	// The schema tells the model the default and the ceiling.
+	var schema struct {
+		Properties map[string]struct {
+			Description string `json:"description"`
+		} `json:"properties"`
+	}
+	_ = json.Unmarshal(Tools(Options{DefaultExecTimeout: 3 * time.Second, MaxExecTimeout: 10 * time.Second})[0].InputSchema, &schema)
+	if d := schema.Properties["timeout_seconds"].Description; !strings.Contains(d, "Default 3 ") || !strings.Contains(d, "at most 10 ") {
+		t.Errorf("timeout_seconds description %q", d)
 	}
 }
 

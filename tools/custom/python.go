@@ -91,7 +91,6 @@ func parsePython(ctx context.Context, sb Sandbox, python, path string, src []byt
 		t.Limits.Timeout = time.Duration(d.Timeout * float64(time.Second))
 	}
 	source, fn, split := string(src), d.Name, d.ContentAndArtifact
-	timeout := t.Limits.Timeout
 	t.Command = func(args map[string]any) (tools.Command, error) {
 		in, err := json.Marshal(map[string]any{
 			"source": source, "file": file, "function": fn, "arguments": args, "content_and_artifact": split,
@@ -101,7 +100,7 @@ func parsePython(ctx context.Context, sb Sandbox, python, path string, src []byt
 		}
 		return tools.Command{
 			Args:  []string{python, "-I", "-B", "-u", "-c", callScript},
-			Stdin: in, Env: sandboxEnv(nil), Timeout: timeout, Decode: decodePython,
+			Stdin: in, Env: sandboxEnv(nil), Decode: decodePython, // the timeout is Tool.Limits'.
 		}, nil
 	}
 	return t, nil

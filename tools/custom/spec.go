@@ -142,7 +142,7 @@ func parseYAML(path, root string, data []byte) (*tools.Tool, string, error) {
 			if err != nil {
 				return tools.Command{}, err
 			}
-			return tools.Command{Args: argv, Env: env, Timeout: limits.Timeout}, nil
+			return tools.Command{Args: argv, Env: env}, nil // limits.Timeout is the job's (Tool.Limits)
 		}
 		return t, "", nil
 	case fs.Script != "":
@@ -167,7 +167,7 @@ func parseYAML(path, root string, data []byte) (*tools.Tool, string, error) {
 			if err != nil {
 				return tools.Command{}, err
 			}
-			return tools.Command{Args: argv, Stdin: in, Env: env, Timeout: limits.Timeout, Decode: decodeScript}, nil
+			return tools.Command{Args: argv, Stdin: in, Env: env, Decode: decodeScript}, nil
 		}
 		return t, script, nil
 	default:

@@ -1,5 +1,7 @@
-// sandboxd dashboard: polls /metrics every 2 s, renders tiles, tables and
+// sandboxd dashboard: polls /v1/dashboard (the sandboxd_* metrics scoped to
+// the API key the user pastes) every 2 s, renders tiles, tables and
 // sparklines from it, and lists pending approvals with Approve/Deny buttons.
+// Without a key the server answers 401 and the page shows nothing.
 // Every error is shown in the page; nothing is thrown out of a callback.
 (function () {
   "use strict";
@@ -189,7 +191,7 @@
     setValue($("t-jobs-rate"), absent("sandboxd_jobs_total") ? null : jobsRate, fmtRate);
     replaceChildren($("s-jobs-rate"), absent("sandboxd_jobs_total") ? null : sparkline(rates(series(function (q) { return P.sum(q, "sandboxd_jobs_total"); }))));
     setValue($("t-inflight"), P.sum(p, "sandboxd_jobs_in_flight"));
-    replaceChildren($("s-inflight"), sparkline(series(function (q) { return P.sum(q, "sandboxd_jobs_in_flight"); }).map(function (x) { return x.v; })));
+    replaceChildren($("s-inflight"), absent("sandboxd_jobs_in_flight") ? null : sparkline(series(function (q) { return P.sum(q, "sandboxd_jobs_in_flight"); }).map(function (x) { return x.v; })));
     setValue($("t-queue"), P.sum(p, "sandboxd_queue_depth"));
     var rejected = P.sum(p, "sandboxd_queue_rejected_total");
     $("t-queue-rejected").textContent = rejected === null ? "" : "rejected " + fmtNum(rejected);
@@ -288,7 +290,7 @@
     }), "no egress (sandboxd_egress_requests_total absent)");
   }
 
-  // ---- polling /metrics ------------------------------------------------
+  // ---- polling /v1/dashboard ---------------------------------------------
 
   function setStatus(state, text) {
     var s = $("status");
@@ -307,21 +309,37 @@
 
   var scrapes = 0;
 
+  // blank forgets every number: without a key (or with a wrong one) the
+  // page shows nothing it read before.
+  function blank() {
+    history = [];
+    render(P.parse(""));
+  }
+
   function pollMetrics() {
-    return fetchWithTimeout("/metrics", {}, 5000).then(function (resp) {
-      if (!resp.ok) throw new Error("/metrics: HTTP " + resp.status);
-      return resp.text();
-    }).then(function (text) {
-      var p = P.parse(text);
-      history.push({ t: Date.now(), p: p });
-      if (history.length > HISTORY) history.shift();
-      render(p);
-      scrapes++;
-      document.body.dataset.scrapes = String(scrapes);
-      setStatus(p.errors.length ? "warn" : "ok", "live · " + new Date().toLocaleTimeString() + " · " + p.samples.length + " samples" +
-        (p.errors.length ? " · " + p.errors.length + " unparsable lines" : ""));
+    return fetchWithTimeout("/v1/dashboard", { headers: authHeaders() }, 5000).then(function (resp) {
+      if (resp.status === 401) {
+        blank();
+        document.body.dataset.scope = "";
+        setStatus("warn", apiKey() ? "the API key is not accepted" : "paste an API key to see the numbers");
+        return null;
+      }
+      if (!resp.ok) throw new Error("/v1/dashboard: HTTP " + resp.status);
+      var scope = resp.headers.get("X-Sandboxd-Scope") || "";
+      return resp.text().then(function (text) {
+        if (scope !== document.body.dataset.scope) history = []; // another key: other numbers
+        document.body.dataset.scope = scope;
+        var p = P.parse(text);
+        history.push({ t: Date.now(), p: p });
+        if (history.length > HISTORY) history.shift();
+        render(p);
+        scrapes++;
+        document.body.dataset.scrapes = String(scrapes);
+        setStatus(p.errors.length ? "warn" : "ok", "live · " + scope + " · " + new Date().toLocaleTimeString() + " · " + p.samples.length + " samples" +
+          (p.errors.length ? " · " + p.errors.length + " unparsable lines" : ""));
+      });
     }).catch(function (err) {
-      setStatus("error", "metrics: " + errText(err));
+      setStatus("error", "dashboard: " + errText(err));
     });
   }
 
@@ -521,11 +539,13 @@
     $("key-form").addEventListener("submit", function (ev) {
       ev.preventDefault();
       try { sessionStorage.setItem(KEY_STORE, input.value.trim()); } catch (e) { showApprovalsMsg("cannot store the key: " + errText(e), "error"); }
+      pollMetrics();
       pollApprovals();
     });
     $("key-clear").addEventListener("click", function () {
       try { sessionStorage.removeItem(KEY_STORE); } catch (e) { /* nothing stored */ }
       input.value = "";
+      pollMetrics();
       pollApprovals();
     });
   }

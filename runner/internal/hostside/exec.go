@@ -1,6 +1,8 @@
 package hostside
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"syscall"
@@ -142,4 +144,32 @@ func signalName(s string) string {
 		}
 	}
 	return s
+}
+
+// CanExec is the start of a container sandbox's Exec: a closed sandbox
+// answers runner.ErrClosed, a cancelled ctx its error.
+func CanExec(ctx context.Context, id string, closed bool) error {
+	if closed {
+		return fmt.Errorf("exec in sandbox %s: %w", id, runner.ErrClosed)
+	}
+	return ctx.Err()
+}
+
+// ExecError classifies an error of the agent's Exec in sandbox id: the
+// caller's ctx ended, the sandbox was closed meanwhile (runner.ErrClosed),
+// or the agent refused the request (bad dir, ...: the caller's input,
+// runner.ErrInvalidSpec). ok is false for anything else: the runner looks
+// at its sandbox's state (an OOM kill, a dead agent).
+func ExecError(ctx context.Context, id string, closed func() bool, err error) (_ error, ok bool) {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err(), true
+	case closed():
+		return fmt.Errorf("exec in sandbox %s: %w", id, runner.ErrClosed), true
+	}
+	var re *agent.RemoteError
+	if errors.As(err, &re) {
+		return fmt.Errorf("exec in sandbox %s: %w: %w", id, runner.ErrInvalidSpec, err), true
+	}
+	return nil, false
 }

@@ -21,3 +21,19 @@ func CanonicalImageRef(ref string) (string, error) {
 	}
 	return n.String(), nil
 }
+
+// ImageNames is the container runners' runner.ImageNamer, embedded in
+// their Runner: Default is the configured image.
+type ImageNames struct{ Default string }
+
+// DefaultImage implements runner.ImageNamer: the configured image, in its
+// canonical form when it parses.
+func (n ImageNames) DefaultImage() string {
+	if c, err := CanonicalImageRef(n.Default); err == nil {
+		return c
+	}
+	return n.Default
+}
+
+// CanonicalImage implements runner.ImageNamer (CanonicalImageRef).
+func (ImageNames) CanonicalImage(image string) (string, error) { return CanonicalImageRef(image) }

@@ -43,3 +43,23 @@ func MergeLimits(l, def runner.Limits) runner.Limits {
 		FileSize:    pick(l.FileSize, def.FileSize),
 	}
 }
+
+// FillLimits fills zero fields of l from d, clipping nothing: a runner's
+// configured limits (the operator's ceilings) over its built-in ones.
+func FillLimits(l, d runner.Limits) runner.Limits {
+	pick := func(v, d int64) int64 {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	return runner.Limits{
+		MemoryBytes: pick(l.MemoryBytes, d.MemoryBytes),
+		PIDs:        pick(l.PIDs, d.PIDs),
+		CPUMillis:   pick(l.CPUMillis, d.CPUMillis),
+		Timeout:     time.Duration(pick(int64(l.Timeout), int64(d.Timeout))),
+		OutputBytes: pick(l.OutputBytes, d.OutputBytes),
+		NoFile:      pick(l.NoFile, d.NoFile),
+		FileSize:    pick(l.FileSize, d.FileSize),
+	}
+}

@@ -1,13 +1,14 @@
 package hostside
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -21,7 +22,7 @@ func validLabel(s string) bool { return validName(s, 128, true) }
 
 // validName is a hand-written matcher, not a regexp: every binary that
 // links this package compiles its package-level values at start, and the
-// local runner's helper re-executes the daemon's binary for every sandbox.
+// runners' hot paths start often.
 func validName(s string, max int, slash bool) bool {
 	if s == "" || len(s) > max {
 		return false
@@ -37,15 +38,12 @@ func validName(s string, max int, slash bool) bool {
 	return true
 }
 
-// NewID returns a random sandbox ID.
-func NewID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// NewID returns a random sandbox or instance ID: 16 hex digits
+// (ids.Short, kept short for the unix socket paths it becomes part of).
+func NewID() string { return ids.Short("") }
 
-// CheckSpec validates a container sandbox's spec and fills its defaults
-// (an ID, network none, the workspace mode). Errors wrap
+// CheckSpec validates a container sandbox's spec (runner.CheckIsolation
+// included) and fills in its ID when empty. Errors wrap
 // runner.ErrInvalidSpec.
 func CheckSpec(spec *runner.SandboxSpec) error {
 	if spec.ID == "" {
@@ -54,27 +52,10 @@ func CheckSpec(spec *runner.SandboxSpec) error {
 	if !ValidID(spec.ID) {
 		return fmt.Errorf("create sandbox: id %q: %w", spec.ID, runner.ErrInvalidSpec)
 	}
-	switch spec.Network {
-	case "", runner.NetworkNone:
-		spec.Network = runner.NetworkNone
-	case runner.NetworkEgress:
-		if spec.Egress == nil {
-			return fmt.Errorf("create sandbox: network %q needs SandboxSpec.Egress: %w", spec.Network, runner.ErrInvalidSpec)
-		}
-	default:
-		return fmt.Errorf("create sandbox: network %q: %w", spec.Network, runner.ErrInvalidSpec)
+	if err := runner.CheckIsolation(*spec); err != nil {
+		return err
 	}
-	switch spec.WorkspaceMode {
-	case "":
-		spec.WorkspaceMode = runner.WorkspaceNone
-		if spec.Workspace != "" {
-			spec.WorkspaceMode = runner.WorkspaceReadOnly
-		}
-	case runner.WorkspaceNone, runner.WorkspaceReadOnly, runner.WorkspaceReadWrite:
-	default:
-		return fmt.Errorf("create sandbox: workspace mode %q: %w", spec.WorkspaceMode, runner.ErrInvalidSpec)
-	}
-	if spec.WorkspaceMode != runner.WorkspaceNone {
+	if spec.Isolation.Workspace != runner.WorkspaceNone {
 		if spec.Workspace == "" || !filepath.IsAbs(spec.Workspace) {
 			return fmt.Errorf("create sandbox: workspace %q must be an absolute path: %w", spec.Workspace, runner.ErrInvalidSpec)
 		}
@@ -93,32 +74,72 @@ func CheckSpec(spec *runner.SandboxSpec) error {
 	return nil
 }
 
+// DefaultLimits fill the zero fields of a container runner's
+// Config.Defaults.
+var DefaultLimits = runner.Limits{
+	MemoryBytes: 512 << 20,
+	PIDs:        256,
+	CPUMillis:   1000,
+	Timeout:     60 * time.Second,
+	OutputBytes: 1 << 20,
+	NoFile:      1024,
+	FileSize:    100 << 20,
+}
+
+// ConfigFields point at the fields the container runners' configs share.
+type ConfigFields struct {
+	AgentPath, StateDir, InstanceID *string
+	Defaults                        *runner.Limits
+	TmpBytes                        *int64
+	ReconcileInterval               *time.Duration
+	Logger                          **slog.Logger
+}
+
 // CompleteConfig checks and completes what the container runners' configs
 // share: the agent binary (required, made absolute, a regular file), the
-// state directory (default $TMPDIR/sandboxd-<name>, made absolute) and the
-// instance ID (default random; ValidID). name prefixes the errors.
-func CompleteConfig(name string, agentPath, stateDir, instanceID *string) error {
-	if *agentPath == "" {
+// state directory (default $TMPDIR/sandboxd-<name>, made absolute), the
+// instance ID (default random; ValidID), the default limits (valid,
+// DefaultLimits where zero), the tmpfs size (default 64 MiB, not
+// negative), the reconcile interval (default 30 s) and the logger
+// (default discarding). name prefixes the errors.
+func CompleteConfig(name string, f ConfigFields) error {
+	if *f.AgentPath == "" {
 		return fmt.Errorf("%s: AgentPath is required", name)
 	}
 	var err error
-	if *agentPath, err = filepath.Abs(*agentPath); err != nil {
-		return fmt.Errorf("%s: AgentPath %q: %w", name, *agentPath, err)
+	if *f.AgentPath, err = filepath.Abs(*f.AgentPath); err != nil {
+		return fmt.Errorf("%s: AgentPath %q: %w", name, *f.AgentPath, err)
 	}
-	if fi, err := os.Stat(*agentPath); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s: AgentPath %q is not a regular file", name, *agentPath)
+	if fi, err := os.Stat(*f.AgentPath); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s: AgentPath %q is not a regular file", name, *f.AgentPath)
 	}
-	if *stateDir == "" {
-		*stateDir = filepath.Join(os.TempDir(), "sandboxd-"+name)
+	if *f.StateDir == "" {
+		*f.StateDir = filepath.Join(os.TempDir(), "sandboxd-"+name)
 	}
-	if *stateDir, err = filepath.Abs(*stateDir); err != nil {
-		return fmt.Errorf("%s: StateDir %q: %w", name, *stateDir, err)
+	if *f.StateDir, err = filepath.Abs(*f.StateDir); err != nil {
+		return fmt.Errorf("%s: StateDir %q: %w", name, *f.StateDir, err)
 	}
-	if *instanceID == "" {
-		*instanceID = NewID()
+	if *f.InstanceID == "" {
+		*f.InstanceID = NewID()
 	}
-	if !ValidID(*instanceID) {
-		return fmt.Errorf("%s: InstanceID %q: want [a-zA-Z0-9_.-], at most 63 characters", name, *instanceID)
+	if !ValidID(*f.InstanceID) {
+		return fmt.Errorf("%s: InstanceID %q: want [a-zA-Z0-9_.-], at most 63 characters", name, *f.InstanceID)
+	}
+	if *f.TmpBytes == 0 {
+		*f.TmpBytes = 64 << 20
+	}
+	if *f.TmpBytes < 0 {
+		return fmt.Errorf("%s: TmpBytes %d is negative", name, *f.TmpBytes)
+	}
+	if *f.ReconcileInterval == 0 {
+		*f.ReconcileInterval = 30 * time.Second
+	}
+	if err := ValidLimits(*f.Defaults); err != nil {
+		return fmt.Errorf("%s: Defaults: %w", name, err)
+	}
+	*f.Defaults = FillLimits(*f.Defaults, DefaultLimits)
+	if *f.Logger == nil {
+		*f.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -19,13 +20,14 @@ const (
 	LabelWorkspaceOwner = "sandboxd.workspace-owner"
 )
 
-// SandboxUID is the user (and group) sandboxes run as.
-const SandboxUID = 65534
+// SandboxUID is the user (and group) the code runs as (policy.CodeUID;
+// the agent runs as AgentUID).
+const SandboxUID = policy.CodeUID
 
 // WorkspaceOwner returns "uid:gid" of a read-write workspace that the
 // sandbox user does not own, "" when no chown is needed.
 func WorkspaceOwner(spec runner.SandboxSpec) (string, error) {
-	if spec.WorkspaceMode != runner.WorkspaceReadWrite {
+	if spec.Isolation.Workspace != runner.WorkspaceReadWrite {
 		return "", nil
 	}
 	fi, err := os.Stat(spec.Workspace)
@@ -65,6 +67,35 @@ func RestoreWorkspace(labels map[string]string) error {
 	}
 	if err := os.Lchown(path, uid, gid); err != nil {
 		return fmt.Errorf("restore workspace owner: %w", err)
+	}
+	return nil
+}
+
+// MarkWorkspace records in a sandbox's labels the owner of its read-write
+// workspace that the sandbox user must get (WorkspaceOwner), so that Close
+// or Reap gives it back; the chown itself waits for ChownWorkspace, once
+// the labels are on the daemon. It returns the owner, "" when no chown is
+// needed.
+func MarkWorkspace(spec runner.SandboxSpec, labels map[string]string) (string, error) {
+	owner, err := WorkspaceOwner(spec)
+	if err != nil {
+		return "", fmt.Errorf("create sandbox: workspace: %w", err)
+	}
+	if owner != "" {
+		labels[LabelWorkspace], labels[LabelWorkspaceOwner] = spec.Workspace, owner
+	}
+	return owner, nil
+}
+
+// ChownWorkspace makes a read-write workspace the sandbox user's when
+// WorkspaceOwner said it must (owner non-empty), after the container that
+// records the owner exists.
+func ChownWorkspace(spec runner.SandboxSpec, owner string) error {
+	if owner == "" {
+		return nil
+	}
+	if err := os.Chown(spec.Workspace, SandboxUID, SandboxUID); err != nil {
+		return fmt.Errorf("create sandbox: make workspace writable: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,199 @@
+// Package config is sandboxd's configuration in one place: every key of the
+// YAML file with its type, default, ceiling, environment variable, serve
+// flag and documentation. The loader (cmd/sandboxd), the job service and
+// the API take their sections from here (job.Config.Sessions is a
+// config.Sessions, not a copy of its fields), and the README's
+// configuration table is Markdown(), checked verbatim by a test.
+//
+// # Adding a key
+//
+// A key is one field of a section struct in this file, and nothing else:
+//
+//  1. Add the field with its tags: yaml:"name" (the key), doc:"..." (what it
+//     does, the README's text) and, as needed, env:"SANDBOXD_NAME",
+//     flag:"name" (a serve flag), check:"positive", "nonnegative",
+//     "abspath", "required", "hostport" or "oneof=a b c" (comma-separated),
+//     and default:"text" when the default is not a plain value (computed
+//     at start, or the runner's own).
+//  2. Set its default in Defaults() below; zero means none or off, and the
+//     doc says so. A new resource limit is a field of runner.Limits (tags
+//     there) with its built-in default and ceiling in limits.go.
+//  3. A rule across keys goes into (*Config).validate (validate.go).
+//  4. `go test ./config` prints the new README table if it changed; paste it.
+//
+// Consumers read the typed field (cfg.Sessions.MaxTTL). A section the job
+// service or the API takes whole needs no wiring; a new section is passed
+// whole too. Environment variables, flags, strict decoding with the closest
+// valid key for a typo, checks and docs all follow from the tags.
+package config
+
+import (
+	"time"
+
+	"github.com/sandboxd/sandboxd/policy"
+	"github.com/sandboxd/sandboxd/tools/builtin"
+)
+
+// DefaultTenant serves every request when no API keys are configured, and
+// owns the keys of SANDBOXD_API_KEYS given without ":TENANT".
+const DefaultTenant = "default"
+
+// Config is the daemon's configuration. Precedence: flags > environment >
+// YAML file > Defaults().
+type Config struct {
+	Addr        string `yaml:"addr" env:"SANDBOXD_ADDR" flag:"addr" check:"hostport" doc:"the API's listen address (HOST:PORT)"`
+	MetricsAddr string `yaml:"metrics_addr" env:"SANDBOXD_METRICS_ADDR" flag:"metrics-addr" check:"hostport" doc:"the Prometheus /metrics listener, without authentication: keep it on loopback or a private network (HOST:PORT; port 0 picks a free one, logged)"`
+	DataDir     string `yaml:"data_dir" env:"SANDBOXD_DATA_DIR" flag:"data-dir" check:"required,abspath" default:"/var/lib/sandboxd as root, else $XDG_DATA_HOME/sandboxd or ~/.local/share/sandboxd" doc:"one sandboxd at a time (sandboxd.lock: a second serve on it exits at once naming the holder's pid); holds sandboxd.db (SQLite: jobs, their events and artifacts, sessions, approvals), run/, docker/ or containerd/ (sandbox state; the container runners' socket paths under it must fit 108 bytes, or serve refuses to start) and workspaces/ (at start, every workspace no live job or session owns is removed)"`
+	LogLevel    string `yaml:"log_level" env:"SANDBOXD_LOG_LEVEL" flag:"log-level" check:"oneof=debug info warn error" doc:"debug, info, warn or error; text to stderr"`
+	// ShutdownTimeout bounds the graceful shutdown: in-flight requests and
+	// running jobs get this long before they are cancelled.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" check:"positive" doc:"running jobs get this long on SIGTERM, then fail with reason shutdown; queued jobs stay queued and run at the next start"`
+	Runner          Runner        `yaml:"runner"`
+	Limits          Limits        `yaml:"limits" default:"the built-in values below" doc:"a job's and a session's resource limits. A request (its limits, or a tool's timeout_seconds) may ask for any value up to the ceiling; what it leaves out takes the default; a value above the ceiling is refused with 400 naming the ceiling"`
+	Queue           Queue         `yaml:"queue"`
+	API             API           `yaml:"api"`
+	Tenants         Tenants       `yaml:"tenants" env:"SANDBOXD_API_KEYS" default:"none: one tenant default, no authentication, and sandboxd refuses to listen on a non-loopback address" doc:"the tenants and their API keys; SANDBOXD_API_KEYS=KEY:TENANT,... replaces them (a key without :TENANT belongs to default)"`
+	// OperatorKeys authenticate the operator: the dashboard data of every
+	// tenant and the approvals of every tenant.
+	OperatorKeys []string    `yaml:"operator_keys" env:"SANDBOXD_OPERATOR_KEYS" doc:"API keys of the operator (comma-separated in the environment): GET /v1/dashboard shows every tenant, and any tenant's approvals may be listed and decided; they run no jobs"`
+	HTTPRequest  HTTPRequest `yaml:"http_request"`
+	Sessions     Sessions    `yaml:"sessions"`
+	Pool         Pool        `yaml:"pool"`
+	Retention    Retention   `yaml:"retention"`
+	// ToolsDir, Tools, Turns and Providers: model turns (POST
+	// /v1/tool-calls), tools without Go code and MCP tool providers
+	// (turns.go).
+	ToolsDir  string    `yaml:"tools_dir" env:"SANDBOXD_TOOLS_DIR" check:"abspath" default:"none" doc:"a directory of tool files (*.yaml and *.yml argv or script tools, *.py function tools), loaded at start, on SIGHUP and on POST /v1/admin/tools/reload (operator keys); each file on its own: a bad one is logged and listed in GET /v1/tools, the others load"`
+	Tools     Tools     `yaml:"tools"`
+	Turns     Turns     `yaml:"turns"`
+	Providers Providers `yaml:"providers" default:"none" doc:"MCP servers whose tools join the registry as <name>__<tool>: a stdio command in a sandbox or a streamable-HTTP url; started lazily or at boot, restarted with backoff when they die"`
+}
+
+// Runner selects and configures the sandbox backend.
+type Runner struct {
+	Name       string           `yaml:"name" env:"SANDBOXD_RUNNER" flag:"runner" check:"oneof=local docker containerd" doc:"the sandbox backend: local, docker or containerd"`
+	Local      LocalRunner      `yaml:"local"`
+	Docker     DockerRunner     `yaml:"docker"`
+	Containerd ContainerdRunner `yaml:"containerd"`
+}
+
+// LocalRunner configures the local (namespaces + cgroups) runner.
+type LocalRunner struct {
+	Rootfs       string `yaml:"rootfs" env:"SANDBOXD_ROOTFS" check:"abspath" default:"empty: a read-only view of the host's /usr /bin /sbin /lib* /etc" doc:"an unpacked image bound read-only as the sandbox root (it needs /proc, /dev, /tmp and /run)"`
+	AllowWeak    bool   `yaml:"allow_weak" env:"SANDBOXD_ALLOW_WEAK" doc:"run sandboxes even where this host lacks an isolation feature but namespaces (cgroups, seccomp; logged on every sandbox); off, such sandboxes are refused"`
+	AgentPath    string `yaml:"agent_path" env:"SANDBOXD_AGENT_PATH" check:"abspath" default:"sandbox-agent next to sandboxd or on PATH" doc:"the static sandbox-agent binary, every sandbox's pid 1"`
+	LauncherPath string `yaml:"launcher_path" env:"SANDBOXD_LAUNCHER_PATH" check:"abspath" default:"sandbox-launch next to sandboxd or on PATH" doc:"the static sandbox-launch binary that builds each sandbox's isolation and starts the agent in it"`
+}
+
+// DockerRunner configures the Docker runner (runner.name: docker).
+type DockerRunner struct {
+	AgentPath string `yaml:"agent_path" env:"SANDBOXD_AGENT_PATH" check:"abspath" default:"sandbox-agent next to sandboxd or on PATH" doc:"the static sandbox-agent binary mounted into every sandbox"`
+	Image     string `yaml:"image" default:"sandboxd/python:latest" doc:"the sandbox image of a session or job that names none"`
+	Host      string `yaml:"host" default:"DOCKER_HOST, else the local socket" doc:"the Docker daemon's address"`
+	Runtime   string `yaml:"runtime" default:"the daemon's default runtime" doc:"the OCI runtime (runsc: gVisor); also --runtime"`
+}
+
+// ContainerdRunner configures the containerd runner (runner.name:
+// containerd); scripts/containerd-setup.sh starts the daemon and imports
+// the images.
+type ContainerdRunner struct {
+	Address   string `yaml:"address" env:"SANDBOXD_CONTAINERD_ADDRESS" default:"/run/containerd/containerd.sock" doc:"containerd's socket"`
+	Namespace string `yaml:"namespace" env:"SANDBOXD_CONTAINERD_NAMESPACE" default:"sandboxd" doc:"the containerd namespace of the sandboxes and images"`
+	Image     string `yaml:"image" env:"SANDBOXD_CONTAINERD_IMAGE" default:"sandboxd/python:latest" doc:"the sandbox image, imported into the namespace"`
+	AgentPath string `yaml:"agent_path" env:"SANDBOXD_AGENT_PATH" check:"abspath" default:"sandbox-agent next to sandboxd or on PATH" doc:"the static sandbox-agent binary mounted into every sandbox"`
+	Runtime   string `yaml:"runtime" env:"SANDBOXD_CONTAINERD_RUNTIME" default:"runc" doc:"runc, runsc (gVisor) or a containerd shim name; also --runtime"`
+}
+
+// Queue sizes admission.
+type Queue struct {
+	Size    int `yaml:"size" env:"SANDBOXD_QUEUE_SIZE" check:"positive" doc:"jobs accepted and waiting for a worker; past it a submit answers 429 with Retry-After"`
+	Workers int `yaml:"workers" env:"SANDBOXD_WORKERS" check:"positive" doc:"jobs running at once"`
+}
+
+// API tunes the HTTP API.
+type API struct {
+	MaxBodyBytes int64         `yaml:"max_body_bytes" env:"SANDBOXD_MAX_BODY_BYTES" check:"positive" doc:"request bodies (413 past it)"`
+	MaxWait      time.Duration `yaml:"max_wait" env:"SANDBOXD_MAX_WAIT" check:"positive" doc:"the ceiling of ?wait= on submit and get"`
+}
+
+// HTTPRequest caps the in-process http_request tool.
+type HTTPRequest struct {
+	MaxResponseBytes int64         `yaml:"max_response_bytes" check:"nonnegative" doc:"the response body http_request returns"`
+	Timeout          time.Duration `yaml:"timeout" check:"nonnegative" doc:"one http_request call, redirects included"`
+}
+
+// Sessions configures sessions (persistent sandboxes).
+type Sessions struct {
+	MaxPerTenant int `yaml:"max_per_tenant" env:"SANDBOXD_MAX_SESSIONS_PER_TENANT" check:"positive" doc:"open sessions per tenant (429 session_limit past it)"`
+	// DefaultTTL is a session's lifetime when the request gives none;
+	// MaxTTL is the ceiling of what a request may ask.
+	DefaultTTL time.Duration `yaml:"default_ttl" check:"positive" doc:"a session's lifetime when the request gives none"`
+	MaxTTL     time.Duration `yaml:"max_ttl" check:"positive" doc:"the ceiling of a session's ttl_seconds"`
+	// DefaultIdle closes a session unused that long (request default).
+	DefaultIdle time.Duration `yaml:"default_idle" check:"positive" doc:"a session unused this long is closed, when the request gives no idle_timeout_seconds"`
+	// ReapInterval is how often expired and idle sessions are closed.
+	ReapInterval time.Duration `yaml:"reap_interval" check:"positive" doc:"how often expired and idle sessions are closed"`
+	// MaxFileBytes caps one uploaded file; MaxArchiveBytes an uploaded
+	// archive (as sent and unpacked); MaxArchiveEntries its entries.
+	MaxFileBytes      int64 `yaml:"max_file_bytes" check:"positive" doc:"one uploaded file"`
+	MaxArchiveBytes   int64 `yaml:"max_archive_bytes" check:"positive" doc:"one uploaded archive, as sent and unpacked"`
+	MaxArchiveEntries int   `yaml:"max_archive_entries" check:"positive" doc:"the entries of one uploaded archive"`
+}
+
+// Pool configures the warm sandbox pool of one-shot jobs.
+type Pool struct {
+	// Size is the ready sandboxes kept per pooled profile; 0 disables.
+	// Unset (nil) means the runner's default, see (*Config).Complete.
+	Size *int `yaml:"size" env:"SANDBOXD_POOL_SIZE" check:"nonnegative" default:"unset: 2 (a container takes ~200 ms to create, a local sandbox ~17 ms)" doc:"ready sandboxes per pooled profile (the default profile of python_repl and bash); 0 disables the pool"`
+	// MaxSandboxes caps the sandboxes alive (sessions, pooled, in use).
+	MaxSandboxes int `yaml:"max_sandboxes" env:"SANDBOXD_MAX_SANDBOXES" check:"positive" doc:"sandboxes alive at once (sessions, pooled and in use): the pool stops refilling and new sessions get 429 past it"`
+}
+
+// Retention bounds what the store keeps of finished jobs (with their
+// events and artifacts).
+type Retention struct {
+	MaxAge   time.Duration `yaml:"max_age" check:"nonnegative" doc:"finished jobs (with their events and artifacts) older than this are deleted; 0 disables the bound"`
+	MaxBytes int64         `yaml:"max_bytes" check:"nonnegative" doc:"the earliest finished jobs are deleted while the store's records take more; 0 disables the bound"`
+	Interval time.Duration `yaml:"interval" check:"positive" doc:"the time between retention passes (and compactions)"`
+}
+
+// Tenant names a tenant and the API keys that authenticate as it.
+type Tenant struct {
+	Name    string   `yaml:"name" default:"required" doc:"the tenant's name (no spaces, at most 128 bytes)"`
+	APIKeys []string `yaml:"api_keys" default:"required" doc:"the keys that authenticate as the tenant (Authorization: Bearer KEY or X-API-Key: KEY)"`
+	// Policy is the tenant's guard policy (rules, budgets, tool limits,
+	// rate limit, approvals, egress allowlist); nil: every call allowed
+	// and no egress at all.
+	Policy *policy.TenantPolicy `yaml:"policy" default:"none: every call allowed, sandboxes with http reach nothing" doc:"the guard's policy; keys: default, rules[] (tool, effect, action, reason), budgets[] (effect, limit, per, scope), tool_limits[] (tool, max_calls), rate_limit (rate, burst), approvals (timeout, webhook.url, webhook.secret), egress (allow[] of host, ports, methods; allow_private_cidrs); examples/policy.yaml shows every key"`
+	// Images are the images (references on the container runners, rootfs
+	// paths on the local runner) the tenant's sessions may name besides
+	// the runner's configured image; empty: that image only.
+	Images []string `yaml:"images" default:"none: only the runner's configured image (runner.docker.image, runner.containerd.image, runner.local.rootfs)" doc:"more images the tenant's sessions may name: references on the container runners (spellings of one image are equal: sandboxd/base = docker.io/sandboxd/base:latest), absolute rootfs paths on the local runner; anything else is a 400 naming the allowed ones, a malformed entry stops sandboxd at start"`
+}
+
+// Tenants is the tenants list; from the environment it reads
+// SANDBOXD_API_KEYS (see UnmarshalText).
+type Tenants []Tenant
+
+// Defaults are the values of every key nothing else sets. Limits are zero
+// here: their built-in values apply per field (see Limits.Effective).
+func Defaults() Config {
+	return Config{
+		Addr:            "127.0.0.1:8080",
+		MetricsAddr:     "127.0.0.1:9464",
+		LogLevel:        "info",
+		ShutdownTimeout: 30 * time.Second,
+		Runner:          Runner{Name: "local"},
+		Queue:           Queue{Size: 1024, Workers: 16},
+		API:             API{MaxBodyBytes: 1 << 20, MaxWait: 5 * time.Minute},
+		HTTPRequest:     HTTPRequest{MaxResponseBytes: builtin.DefaultHTTPMaxResponseBytes, Timeout: builtin.DefaultHTTPTimeout},
+		Sessions: Sessions{
+			MaxPerTenant: 10, DefaultTTL: time.Hour, MaxTTL: 24 * time.Hour,
+			DefaultIdle: 10 * time.Minute, ReapInterval: 5 * time.Second,
+			MaxFileBytes: 64 << 20, MaxArchiveBytes: 256 << 20, MaxArchiveEntries: 10000,
+		},
+		Pool:      Pool{MaxSandboxes: 64},
+		Retention: Retention{MaxAge: 7 * 24 * time.Hour, MaxBytes: 1 << 30, Interval: time.Minute},
+		Turns:     Turns{Concurrency: 8, Retries: 2, RetryBackoff: 100 * time.Millisecond, Keep: time.Hour},
+	}
+}

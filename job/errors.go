@@ -1,0 +1,51 @@
+package job
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Every error the job service defines. The exported ones are what callers
+// test with errors.Is; the API maps each to an HTTP status in its one
+// switch (api/errors.go). Messages wrap them with the detail
+// (fmt.Errorf("%w: ...", ErrInvalid)).
+var (
+	// ErrNotFound: no such job (or approval) of this tenant.
+	ErrNotFound = errors.New("job not found")
+	// ErrQueueFull: the bounded queue has no room (429 with Retry-After).
+	ErrQueueFull = errors.New("job queue full")
+	// ErrInvalid: the request is wrong; the wrapping message says why.
+	ErrInvalid = errors.New("invalid request")
+	// ErrConflict: the request conflicts with the current state (an
+	// approval already decided).
+	ErrConflict = errors.New("conflict")
+	// ErrShutdown: the service is shutting down.
+	ErrShutdown = errors.New("service shutting down")
+
+	// ErrSessionNotFound is ErrNotFound for sessions (errors.Is matches both).
+	ErrSessionNotFound = fmt.Errorf("session not found: %w", ErrNotFound)
+	// ErrFileNotFound is ErrNotFound for workspace files.
+	ErrFileNotFound = fmt.Errorf("no such file or directory: %w", ErrNotFound)
+	// ErrEffectNotAllowed: the tool needs an effect the session lacks.
+	ErrEffectNotAllowed = errors.New("effect not allowed")
+	// ErrSessionLimit: the tenant has too many active sessions, or the
+	// daemon is at its sandbox cap.
+	ErrSessionLimit = errors.New("session limit reached")
+	// ErrSessionClosed: the session is no longer active.
+	ErrSessionClosed = errors.New("session closed")
+	// ErrUnsupported: the runner cannot provide the isolation asked for
+	// (wraps runner.ErrUnsupported's message).
+	ErrUnsupported = errors.New("not supported")
+	// ErrTooLarge: an upload exceeds the configured size.
+	ErrTooLarge = errors.New("too large")
+)
+
+// Errors that stay inside the package.
+var (
+	// errNoEgress: a tool needs the http effect but the service has no
+	// egress proxy (Config.Egress).
+	errNoEgress = errors.New("the tool needs the http effect but no egress proxy is configured")
+	// errTurnTimeout: a session's job waited its whole timeout for the
+	// session's earlier jobs.
+	errTurnTimeout = errors.New("timed out waiting for the session's earlier jobs")
+)

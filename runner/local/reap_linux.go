@@ -1,0 +1,137 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+)
+
+// Reaping: Create writes StateDir/<id>/owner.json (runner pid and start
+// time, cgroup, workspace owner) before creating anything; Reap destroys
+// the sandboxes whose owner is dead.
+
+// owner is the ownership record in StateDir/<id>/owner.json.
+type owner struct {
+	PID        int    `json:"pid"`
+	Start      string `json:"start"` // /proc/<pid>/stat start time, guards pid reuse
+	Cgroup     string `json:"cgroup"`
+	Workspace  string `json:"workspace,omitempty"`
+	ChownedUID int    `json:"chowned_uid,omitempty"` // workspace owner to restore
+	ChownedGID int    `json:"chowned_gid,omitempty"`
+	Chowned    bool   `json:"chowned,omitempty"`
+}
+
+func writeOwner(dir string, o owner) error {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "owner.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "owner.json"))
+}
+
+// procStart returns field 22 of /proc/<pid>/stat (start time in ticks), or
+// "" when the process does not exist.
+func procStart(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// Reap destroys sandboxes recorded in StateDir whose owning process is gone
+// (a previous sandboxd killed with -9), and any record left by this process
+// that no open Sandbox holds: it kills their processes, removes their
+// cgroups and state dirs and gives rw workspaces their owner back. It
+// returns how many it destroyed. Sandboxes of another live process sharing
+// the StateDir are left alone.
+func (r *Runner) Reap(ctx context.Context) (int, error) {
+	entries, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil {
+		return 0, fmt.Errorf("reap: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		if !e.IsDir() || !hostside.ValidID(e.Name()) {
+			continue
+		}
+		r.mu.Lock()
+		_, live := r.live[e.Name()]
+		r.mu.Unlock()
+		if live {
+			continue // ours, open (or being created) in this process
+		}
+		dir := filepath.Join(r.cfg.StateDir, e.Name())
+		var own owner
+		b, err := os.ReadFile(filepath.Join(dir, "owner.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &own)
+		}
+		if err != nil {
+			// A crash between mkdir and the record: nothing else exists.
+			own = owner{Cgroup: filepath.Join(r.cfg.CgroupParent, e.Name())}
+		}
+		if own.PID != 0 && own.PID != os.Getpid() && own.Start != "" && procStart(own.PID) == own.Start {
+			continue // another live runner process owns it
+		}
+		if err := r.destroy(dir, own); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// destroy removes everything a sandbox record names.
+func (r *Runner) destroy(dir string, own owner) error {
+	var errs []error
+	if r.cg != nil && own.Cgroup != "" {
+		if err := r.cg.group(own.Cgroup).destroy(5 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if own.Chowned && own.Workspace != "" {
+		if err := os.Chown(own.Workspace, own.ChownedUID, own.ChownedGID); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("restore workspace owner: %w", err))
+		}
+	}
+	if len(errs) == 0 && dir != "" {
+		// Only empty dirs and our own files live here: every mount was
+		// made in a helper's private mount namespace.
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func pathExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
