@@ -198,3 +198,37 @@ func FuzzTurnsBody(f *testing.F) {
 		}
 	})
 }
+
+type fakeSources struct{ reloads int }
+
+func (f *fakeSources) Sources() []tools.SourceStatus {
+	return []tools.SourceStatus{{Name: "d", Kind: "directory", State: "loaded", Tools: []string{}}}
+}
+func (f *fakeSources) Reload(context.Context) (tools.SourceStatus, error) {
+	f.reloads++
+	return tools.SourceStatus{Name: "d", Kind: "directory", State: "loaded", Tools: []string{"x"}}, nil
+}
+func (f *fakeSources) Warm(context.Context) {}
+
+// Turns are a tenant's; reloading the tools directory is the operator's.
+func TestTurnsAndAdminAuth(t *testing.T) {
+	t.Parallel()
+	src := &fakeSources{}
+	h := newHarness(t, Options{Turns: newFakeTurns(), Tools: src, Keys: map[string]string{"k-acme": "acme"}, OperatorKeys: []string{"k-op"}})
+	if rec := h.do(http.MethodPost, "/v1/admin/tools/reload", "", "Authorization: Bearer k-acme"); rec.Code != http.StatusForbidden {
+		t.Errorf("tenant reload: %d %s", rec.Code, rec.Body.String())
+	}
+	if rec := h.do(http.MethodPost, "/v1/admin/tools/reload", "", "Authorization: Bearer k-op"); rec.Code != http.StatusOK || src.reloads != 1 {
+		t.Errorf("operator reload: %d %s", rec.Code, rec.Body.String())
+	}
+	body := `[{"type":"tool_use","id":"t","name":"echo","input":{}}]`
+	if rec := h.do(http.MethodPost, "/v1/tool-calls", body, "Authorization: Bearer k-op"); rec.Code != http.StatusForbidden {
+		t.Errorf("operator turn: %d", rec.Code)
+	}
+	if rec := h.do(http.MethodPost, "/v1/tool-calls", body, "Authorization: Bearer k-acme"); rec.Code != http.StatusOK {
+		t.Errorf("tenant turn: %d %s", rec.Code, rec.Body.String())
+	}
+	if rec := h.do(http.MethodGet, "/v1/tools", "", "Authorization: Bearer k-acme"); !strings.Contains(rec.Body.String(), `"sources":[{"name":"d"`) {
+		t.Errorf("sources not listed: %s", rec.Body.String())
+	}
+}

@@ -377,7 +377,7 @@ input_schema: {type: object, properties: {s: {type: number}}, required: [s]}
 argv: [/bin/sleep, "{s}"]
 idempotent: true
 `), 0o644)
-	s := startServer(t, "tools_dir: "+tools+"\nturns: {retries: 5, retry_backoff: 400ms}\n")
+	s := startServer(t, "tools_dir: "+tools+"\nturns: {retries: 5, retry_backoff: 400ms}\npool: {size: 0}\n") // every call makes its sandbox
 	ws := filepath.Join(s.DataDir, "workspaces")
 	os.MkdirAll(ws, 0o755)
 
