@@ -19,9 +19,9 @@ import (
 // calls one after the other, then the batch (the order alternates from
 // round to round), and reports the batch's time over the slowest single
 // call's (goal: at most 1.5). Workloads: python_repl sleeping 200 ms, and
-// calculator. Runners: local, and Docker with a warm pool of 8 (before
-// every timed call, untimed, the bench waits until the pool is full
-// again, so every call takes a warm sandbox).
+// calculator. Runners: local and Docker, each with a warm pool of 8
+// (before every timed call, untimed, the bench waits until the pool is
+// full again, so every call takes a warm sandbox).
 //
 //	go test -tags integration -run '^$' -bench BenchmarkTurnBatch -benchtime 10x ./integration/
 func BenchmarkTurnBatch(b *testing.B) {
@@ -35,15 +35,16 @@ func BenchmarkTurnBatch(b *testing.B) {
 		name, config string
 		pool         int
 	}{
-		{"local", "", 0},
+		{"local-pool8", "local", 8},
 		{"docker-pool8", "docker", 8},
 	}
 	for _, rn := range runners {
 		b.Run(rn.name, func(b *testing.B) {
-			cfg := ""
+			pool := fmt.Sprintf("pool:\n  size: %d\n  max_sandboxes: 32\n", rn.pool)
+			cfg := pool
 			if rn.config == "docker" {
 				needDocker(b)
-				cfg = dockerConfig(fmt.Sprintf("pool:\n  size: %d\n  max_sandboxes: 32\n", rn.pool))
+				cfg = dockerConfig(pool)
 			}
 			s := startServer(b, cfg)
 			client := &http.Client{}
