@@ -72,12 +72,14 @@ func (s *server) classify(err error) *Error {
 		return apiErr
 	case errors.As(err, &verr):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidationFailed, Message: verr.Error(), Details: verr.Problems}
-	case errors.Is(err, tools.ErrUnknownFormat):
+	case errors.Is(err, tools.ErrUnknownFormat), errors.Is(err, tools.ErrUnknownDialect):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: err.Error()}
 	case errors.Is(err, tools.ErrUnknownTool):
 		return &Error{Status: http.StatusNotFound, Code: CodeUnknownTool, Message: err.Error()}
 	case errors.Is(err, job.ErrSessionNotFound):
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "session not found"}
+	case errors.Is(err, job.ErrBatchNotFound):
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "batch not found"}
 	case errors.Is(err, job.ErrFileNotFound):
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: err.Error()}
 	case errors.Is(err, job.ErrNotFound):

@@ -101,6 +101,12 @@ type Config struct {
 	// Egress gives the sandboxes of tools with the http effect their only
 	// way out; nil: such sandboxes are refused (internal error).
 	Egress EgressProvider
+	// Turns configures the turn executor (turn.go) and the retries of
+	// infrastructure failures of jobs submitted with Retry (retry.go):
+	// Retries more attempts (0: none), the first after RetryBackoff
+	// (doubling, at most 5s). Zero Concurrency, RetryBackoff and Keep take
+	// config.Defaults().Turns.
+	Turns config.Turns
 }
 
 // EgressProvider makes the egress endpoint of one sandbox (package egress
@@ -194,6 +200,12 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 			}
 		}
 	}
+	td := def.Turns
+	td.Retries = 0 // zero is none here
+	config.Fill(&c.Turns, td)
+	if c.Turns.Retries < 0 {
+		c.Turns.Retries = 0
+	}
 	return c, nil
 }
 
@@ -227,4 +239,24 @@ func sameDir(a, b string) bool {
 	fa, err1 := os.Stat(a)
 	fb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+// toolDefaults fills the limits a request leaves zero with the tool's own
+// (tools.Tool.Limits), held to the ceilings: a tool file may ask for less
+// or more than the operator's defaults, never more than the ceilings.
+func toolDefaults(req runner.Limits, tl tools.Limits, ceil runner.Limits) runner.Limits {
+	pick := func(r *int64, t, c int64) {
+		if *r == 0 && t > 0 {
+			*r = t
+			if c > 0 && t > c {
+				*r = c
+			}
+		}
+	}
+	pick(&req.MemoryBytes, tl.MemoryBytes, ceil.MemoryBytes)
+	pick(&req.PIDs, tl.PIDs, ceil.PIDs)
+	pick(&req.CPUMillis, tl.CPUMillis, ceil.CPUMillis)
+	pick((*int64)(&req.Timeout), int64(tl.Timeout), int64(ceil.Timeout))
+	pick(&req.OutputBytes, tl.OutputBytes, ceil.OutputBytes)
+	return req
 }

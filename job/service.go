@@ -102,6 +102,12 @@ type entry struct {
 	cancelReason string // ReasonCancelled or ReasonShutdown, set before cancel
 	done         chan struct{}
 	events       *hub
+	// retry: SubmitRequest.Retry (not persisted: a recovered job runs once).
+	retry bool
+	// hold: SubmitRequest.Hold; released once Release queued it. decided
+	// is closed when a pending_approval job leaves that state (turn.go).
+	hold, released bool
+	decided        chan struct{}
 }
 
 func (e *entry) tenant() string {

@@ -217,6 +217,13 @@ type Process struct {
 	// Stdout and Stderr, when set, receive output as it is produced (in
 	// addition to the capped copy in Result). They must not block long.
 	Stdout, Stderr io.Writer
+	// LongLived marks a process that serves requests until it exits, ctx
+	// ends or the sandbox closes (an MCP provider speaking over its stdio):
+	// no wall-clock timeout applies (Timeout and Limits.Timeout are
+	// ignored), Stdin is forwarded as it arrives instead of being read
+	// whole before the start, and Stdout and Stderr receive all the
+	// output, not only the capped part kept in Result.
+	LongLived bool
 }
 
 // Result is how a process ended. It is data, not an error.

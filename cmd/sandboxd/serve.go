@@ -25,6 +25,8 @@ import (
 	"github.com/sandboxd/sandboxd/store"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
+	"github.com/sandboxd/sandboxd/tools/custom"
+	"github.com/sandboxd/sandboxd/tools/provider"
 )
 
 var (
@@ -71,6 +73,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	warnDiskOvercommit(log, dataDir, cfg.Pool.MaxSandboxes, lim.Defaults.DiskBytes)
+	if err := markIdempotent(reg, cfg.Tools.Idempotent); err != nil {
+		return err
+	}
 	// The job service resolves every limit of every sandbox it asks for
 	// (config.Limits.Resolve: up to the ceilings). The runners' own Config.
 	// Defaults fill zero fields and, on the container runners, clip larger
@@ -109,18 +114,40 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Images:      cfg.TenantImages(),
 		Guard:       guard,
 		Policies:    policies,
-		Egress:      newEgressProvider(proxy, policies),
+		Egress:      newEgressProvider(proxy, policies, cfg.ProviderEgress()),
 		Workspaces:  workspaces,
 		RunnerName:  cfg.Runner.Name,
 		Logger:      log.With("component", "job"),
 		Metrics:     job.NewMetrics(promReg),
+		Turns:       cfg.Turns,
 	}, st, reg, r)
 	if err != nil {
 		return err
 	}
+	// Tools without Go code load before Start, so that their sandboxed
+	// tools get warm pool sandboxes like the built-ins.
+	sources := &toolSources{}
+	if cfg.ToolsDir != "" {
+		sources.dir = custom.NewDirectory(custom.Options{Dir: cfg.ToolsDir, Registry: reg, Replace: cfg.Tools.ReplaceBuiltins,
+			Sandbox: svc, Logger: log.With("component", "tools")})
+		if _, err := sources.dir.Reload(ctx); err != nil {
+			return err
+		}
+	}
+	reloadOnHUP(ctx, sources.dir, log)
+	sources.prov, err = provider.NewManager(providerConfigs(cfg), provider.Options{Registry: reg,
+		Launcher: launcher{svc: svc, log: log.With("component", "provider")}, Protected: protected,
+		Logger: log.With("component", "provider"), Version: versionString()})
+	if err != nil {
+		return err
+	}
+	defer sources.prov.Stop() // before the runner closes
+	promReg.MustRegister(sources.prov.Collector())
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
+	sources.prov.Start()
+	turns := job.NewTurns(svc, job.TurnConfig{})
 
 	handler := api.New(svc, api.Options{
 		Keys:         cfg.APIKeys(),
@@ -130,6 +157,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Registerer:   promReg,
 		Logger:       log.With("component", "api"),
 		Version:      versionString(),
+		Turns:        turns,
+		Tools:        sources,
 	})
 	stopMetrics, err := serveMetrics(ctx, cfg.MetricsAddr, promReg, protected, log.With("component", "metrics"))
 	if err != nil {

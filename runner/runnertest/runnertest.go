@@ -70,6 +70,7 @@ func Run(t *testing.T, f Factory) {
 	}{
 		{"Echo", s.testEcho},
 		{"Stdin", s.testStdin},
+		{"LongLived", s.testLongLived},
 		{"EnvExact", s.testEnv},
 		{"Threads", s.testThreads},
 		{"ExitCodes", s.testExitCodes},
