@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -298,7 +300,13 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput func(stream
 	if len(req.Args) == 0 {
 		return ExecResult{}, errors.New("agent: exec: empty argv")
 	}
-	f, err := c.stream(ctx, &frame{Type: typeExec, Exec: &req}, req.Timeout, req.OutputLimit, onOutput)
+	var f frame
+	var err error
+	if req.LongLived {
+		f, err = c.execLongLived(ctx, req, onOutput)
+	} else {
+		f, err = c.stream(ctx, &frame{Type: typeExec, Exec: &req}, req.Timeout, req.OutputLimit, onOutput)
+	}
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -349,6 +357,58 @@ func (c *Client) stream(ctx context.Context, req *frame, timeout time.Duration, 
 		c.cancelRemote(context.WithoutCancel(ctx), id)
 	}
 	return frame{}, err
+}
+
+// execLongLived runs a LongLived exec: no deadline but ctx, every output
+// chunk delivered, and StdinStream sent in stdin frames as it is read.
+func (c *Client) execLongLived(ctx context.Context, req ExecRequest, onOutput func(string, []byte)) (frame, error) {
+	if req.Timeout != 0 {
+		return frame{}, errors.New("agent: exec: a long-lived exec has no timeout")
+	}
+	in := req.StdinStream
+	id, cl, err := c.start(ctx, &frame{Type: typeExec, Exec: &req}, true)
+	if err != nil {
+		return frame{}, err
+	}
+	if in != nil {
+		go c.sendStdin(id, cl, in)
+	}
+	f, err := c.wait(ctx, id, cl, onOutput, math.MaxInt64, 0)
+	if err == nil {
+		return f, nil
+	}
+	var re *RemoteError
+	if errors.As(err, &re) {
+		re.Op = typeExec
+		return f, err
+	}
+	if ctx.Err() != nil {
+		c.cancelRemote(context.WithoutCancel(ctx), id)
+	}
+	return frame{}, err
+}
+
+// sendStdin forwards in to exec id until EOF, then closes its stdin; it
+// stops when the call ends.
+func (c *Client) sendStdin(id uint64, cl *call, in io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := in.Read(buf)
+		select {
+		case <-cl.gone:
+			return
+		default:
+		}
+		if n > 0 {
+			if c.send(&frame{Type: typeStdin, Target: id, Data: append([]byte(nil), buf[:n]...)}) != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = c.send(&frame{Type: typeStdin, Target: id, EOF: true})
+			return
+		}
+	}
 }
 
 // cancelRemote asks the agent to kill request id. The agent answers the

@@ -24,7 +24,7 @@ const (
 // runExec runs one process in its own process group. When it exits, times
 // out or ctx ends, the whole group is killed with SIGKILL: background
 // leftovers do not outlive the exec (use setsid to detach on purpose).
-func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string, []byte)) (ExecResult, error) {
+func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte) (ExecResult, error) {
 	start := time.Now()
 	env := make([]string, 0, len(s.opts.Env)+len(req.Env))
 	env = append(append(env, s.opts.Env...), req.Env...)
@@ -43,7 +43,10 @@ func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string,
 		}
 	}()
 	var stdinW *os.File
-	if len(req.Stdin) > 0 {
+	if req.LongLived {
+		req.Timeout = 0
+	}
+	if len(req.Stdin) > 0 || req.LongLived {
 		r, w, err := os.Pipe()
 		if err != nil {
 			return ExecResult{}, fmt.Errorf("exec: %w", err)
@@ -77,8 +80,24 @@ func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string,
 	if stdinW != nil {
 		cmd.Stdin.(*os.File).Close()
 		go func() {
+			defer stdinW.Close()
 			stdinW.Write(req.Stdin) // EPIPE when the process does not read it all
-			stdinW.Close()
+			if stdin == nil {
+				return
+			}
+			for {
+				select {
+				case chunk, ok := <-stdin:
+					if !ok || chunk == nil {
+						return // EOF
+					}
+					if _, err := stdinW.Write(chunk); err != nil {
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
 		}()
 	}
 
@@ -95,7 +114,9 @@ func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string,
 				if n > 0 {
 					emitMu.Lock()
 					st.buf.Write(chunk[:n])
-					if emit != nil && streamed < limit {
+					if emit != nil && req.LongLived {
+						emit(st.name, chunk[:n]) // a service's output is its protocol: all of it
+					} else if emit != nil && streamed < limit {
 						k := int64(n)
 						if streamed+k > limit {
 							k = limit - streamed

@@ -20,6 +20,10 @@ const (
 	typeStat      = "stat"
 	typeRemove    = "remove"
 	typeShutdown  = "shutdown"
+	// typeStdin carries a chunk of a long-lived exec's stdin (Target is
+	// the exec; EOF closes it). It is not a request: it has no ID and no
+	// answer.
+	typeStdin = "stdin"
 
 	typeOutput = "output" // streamed chunk of an exec or repl
 	typeResult = "result" // final answer to a request
@@ -33,7 +37,8 @@ type frame struct {
 	Type  string `json:"type"`
 	Error string `json:"error,omitempty"`
 
-	Target uint64 `json:"target,omitempty"` // cancel: the request to cancel
+	Target uint64 `json:"target,omitempty"` // cancel: the request to cancel; stdin: the exec
+	EOF    bool   `json:"eof,omitempty"`    // stdin: no more input
 	Stream string `json:"stream,omitempty"` // output: "stdout" | "stderr"
 	Data   []byte `json:"data,omitempty"`   // output chunk, file content
 

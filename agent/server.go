@@ -160,7 +160,14 @@ type connState struct {
 type request struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	// stdin receives a long-lived exec's stdin chunks (nil: EOF); nil
+	// for every other request.
+	stdin chan []byte
 }
+
+// stdinStall is how long the connection's reader waits for a long-lived
+// process to take a stdin chunk before giving up on its stdin.
+const stdinStall = 10 * time.Second
 
 func (s *server) serveConn(ctx context.Context, conn net.Conn) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -199,6 +206,10 @@ func (s *server) serveConn(ctx context.Context, conn net.Conn) error {
 
 // dispatch starts one request. An error closes the connection.
 func (c *connState) dispatch(ctx context.Context, wg *sync.WaitGroup, f frame) error {
+	if f.Type == typeStdin {
+		c.feedStdin(f)
+		return nil
+	}
 	switch f.Type {
 	case typeOutput, typeResult, typeError:
 		return fmt.Errorf("%w: client sent %q", ErrProtocol, f.Type)
@@ -214,6 +225,9 @@ func (c *connState) dispatch(ctx context.Context, wg *sync.WaitGroup, f frame) e
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	req := &request{cancel: cancel, done: make(chan struct{})}
+	if f.Type == typeExec && f.Exec != nil && f.Exec.LongLived {
+		req.stdin = make(chan []byte, 64)
+	}
 	c.mu.Lock()
 	switch {
 	case c.inflight[f.ID] != nil:
@@ -261,6 +275,36 @@ func (c *connState) reply(f *frame) {
 	}
 }
 
+// feedStdin hands a stdin chunk to its long-lived exec. A chunk for no
+// such exec (finished, unknown) is dropped; a process that does not read
+// its stdin for stdinStall loses it (its stdin is closed).
+func (c *connState) feedStdin(f frame) {
+	c.mu.Lock()
+	r := c.inflight[f.Target]
+	c.mu.Unlock()
+	if r == nil || r.stdin == nil {
+		return
+	}
+	chunk := f.Data
+	if chunk == nil {
+		chunk = []byte{}
+	}
+	if f.EOF {
+		chunk = nil
+	}
+	t := time.NewTimer(stdinStall)
+	defer t.Stop()
+	select {
+	case r.stdin <- chunk:
+	case <-r.done:
+	case <-t.C:
+		c.s.log.Warn("a long-lived process does not read its stdin; closing it", "request", f.Target)
+		c.mu.Lock()
+		r.stdin = nil
+		c.mu.Unlock()
+	}
+}
+
 func (c *connState) emitter(id uint64) func(stream string, chunk []byte) {
 	return func(stream string, chunk []byte) {
 		c.reply(&frame{ID: id, Type: typeOutput, Stream: stream, Data: chunk})
@@ -295,7 +339,13 @@ func (c *connState) handle(ctx context.Context, f frame) *frame {
 		if s.opts.disableProcs {
 			return errFrame(errors.New("exec: disabled"))
 		}
-		res, err := s.runExec(ctx, *f.Exec, c.emitter(f.ID))
+		c.mu.Lock()
+		var stdin <-chan []byte
+		if r := c.inflight[f.ID]; r != nil {
+			stdin = r.stdin
+		}
+		c.mu.Unlock()
+		res, err := s.runExec(ctx, *f.Exec, c.emitter(f.ID), stdin)
 		if err != nil {
 			return errFrame(err)
 		}

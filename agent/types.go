@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"io"
 	"os"
 	"time"
 )
@@ -13,6 +14,15 @@ type ExecRequest struct {
 	Stdin       []byte        `json:"stdin,omitempty"`
 	Timeout     time.Duration `json:"timeout,omitempty"`      // 0: no timeout (ctx still applies)
 	OutputLimit int64         `json:"output_limit,omitempty"` // per stream; 0: DefaultOutputLimit; clamped to MaxOutputLimit
+	// LongLived marks a process that serves requests until it exits or is
+	// cancelled (an MCP server on its stdio): no Timeout applies, its
+	// stdin is streamed (Client.Exec reads StdinStream and sends it as it
+	// arrives, after Stdin), and every output chunk is streamed to the
+	// caller; OutputLimit still caps what the result keeps.
+	LongLived bool `json:"long_lived,omitempty"`
+	// StdinStream is the stdin of a LongLived exec, read by Client.Exec
+	// until EOF (then the process's stdin is closed). Never on the wire.
+	StdinStream io.Reader `json:"-"`
 }
 
 // ExecResult reports how a process ended. A non-zero exit, a signal or a

@@ -54,6 +54,13 @@ type Options struct {
 	Version string
 	// Heartbeat is the interval of SSE comment heartbeats (default 15s).
 	Heartbeat time.Duration
+	// Turns serves POST /v1/tool-calls (one model turn's calls); nil: no
+	// such routes.
+	Turns TurnService
+	// Tools, when set, adds the state of tool sources (MCP providers, the
+	// tools directory) to GET /v1/tools and serves POST
+	// /v1/admin/tools/reload (for the operator).
+	Tools ToolSources
 }
 
 func (o *Options) setDefaults() {
@@ -88,6 +95,8 @@ type server struct {
 //	POST /v1/sessions, GET /v1/sessions, GET|DELETE /v1/sessions/{id}
 //	PUT|GET /v1/sessions/{id}/files/{path...}
 //	POST|GET /v1/sessions/{id}/archive?path=DIR   (tar, optionally gzip)
+//	POST /v1/tool-calls, GET /v1/tool-calls/{id}   one model turn (?wait)
+//	POST /v1/admin/tools/reload                    reload the tools directory
 func New(svc JobService, opts Options) http.Handler {
 	opts.setDefaults()
 	s := &server{svc: svc, opts: opts, log: opts.Logger}
@@ -125,6 +134,12 @@ func New(svc JobService, opts Options) http.Handler {
 		}
 		if as, ok := svc.(ApprovalService); ok {
 			r.Mount("/approvals", (&approvalsResource{server: s, as: as}).Routes())
+		}
+		if opts.Turns != nil {
+			r.With(s.requireTenant).Mount("/tool-calls", (&turnsResource{server: s, ts: opts.Turns}).Routes())
+		}
+		if opts.Tools != nil {
+			r.Mount("/admin", (&adminResource{server: s}).Routes())
 		}
 	})
 	return r

@@ -48,6 +48,8 @@ type limitsBody struct {
 	OutputBytes   int64 `json:"output_bytes,omitempty"`
 	NoFile        int64 `json:"nofile,omitempty"`
 	FileSizeBytes int64 `json:"file_size_bytes,omitempty"`
+	DiskBytes     int64 `json:"disk_bytes,omitempty"`
+	DiskInodes    int64 `json:"disk_inodes,omitempty"`
 }
 
 func (l limitsBody) toRunner() (runner.Limits, error) {
@@ -58,6 +60,7 @@ func (l limitsBody) toRunner() (runner.Limits, error) {
 		{"memory_bytes", l.MemoryBytes}, {"pids", l.PIDs}, {"cpu_millis", l.CPUMillis},
 		{"timeout_ms", l.TimeoutMS}, {"output_bytes", l.OutputBytes},
 		{"nofile", l.NoFile}, {"file_size_bytes", l.FileSizeBytes},
+		{"disk_bytes", l.DiskBytes}, {"disk_inodes", l.DiskInodes},
 	}
 	for _, f := range fields {
 		if f.v < 0 {
@@ -71,6 +74,7 @@ func (l limitsBody) toRunner() (runner.Limits, error) {
 		MemoryBytes: l.MemoryBytes, PIDs: l.PIDs, CPUMillis: l.CPUMillis,
 		Timeout:     time.Duration(l.TimeoutMS) * time.Millisecond,
 		OutputBytes: l.OutputBytes, NoFile: l.NoFile, FileSize: l.FileSizeBytes,
+		DiskBytes: l.DiskBytes, DiskInodes: l.DiskInodes,
 	}, nil
 }
 
@@ -79,6 +83,7 @@ func limitsView(l runner.Limits) limitsBody {
 		MemoryBytes: l.MemoryBytes, PIDs: l.PIDs, CPUMillis: l.CPUMillis,
 		TimeoutMS: l.Timeout.Milliseconds(), OutputBytes: l.OutputBytes,
 		NoFile: l.NoFile, FileSizeBytes: l.FileSize,
+		DiskBytes: l.DiskBytes, DiskInodes: l.DiskInodes,
 	}
 }
 

@@ -82,12 +82,22 @@ type toolView struct {
 	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
 	Effects      []tools.Effect  `json:"effects"`
 	ParallelSafe bool            `json:"parallel_safe"`
+	Idempotent   bool            `json:"idempotent,omitempty"`
+	Source       string          `json:"source,omitempty"`
+	// Available is false while the tool cannot be called (its provider is
+	// restarting); Unavailable says why.
+	Available   bool   `json:"available"`
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 func viewTool(t *tools.Tool) toolView {
 	v := toolView{
 		Name: t.Name, Description: t.Description, InputSchema: t.InputSchema,
 		OutputSchema: t.OutputSchema, Effects: t.Effects, ParallelSafe: t.ParallelSafe,
+		Idempotent: t.Idempotent, Source: t.Source, Available: true,
+	}
+	if err := t.Unavailable(); err != nil {
+		v.Available, v.Unavailable = false, err.Error()
 	}
 	if len(v.InputSchema) == 0 {
 		v.InputSchema = json.RawMessage(`{"type":"object"}`)

@@ -30,6 +30,7 @@ const (
 	CodeSessionLimit     = "session_limit"
 	CodeSessionClosed    = "session_closed"
 	CodeUnsupported      = "unsupported"
+	CodeWorkspaceFull    = "workspace_full"
 )
 
 // Error is an API error: an HTTP status and the JSON error body. Handlers
@@ -71,12 +72,14 @@ func (s *server) classify(err error) *Error {
 		return apiErr
 	case errors.As(err, &verr):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidationFailed, Message: verr.Error(), Details: verr.Problems}
-	case errors.Is(err, tools.ErrUnknownFormat):
+	case errors.Is(err, tools.ErrUnknownFormat), errors.Is(err, tools.ErrUnknownDialect):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: err.Error()}
 	case errors.Is(err, tools.ErrUnknownTool):
 		return &Error{Status: http.StatusNotFound, Code: CodeUnknownTool, Message: err.Error()}
 	case errors.Is(err, job.ErrSessionNotFound):
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "session not found"}
+	case errors.Is(err, job.ErrBatchNotFound):
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "batch not found"}
 	case errors.Is(err, job.ErrFileNotFound):
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: err.Error()}
 	case errors.Is(err, job.ErrNotFound):
@@ -91,6 +94,10 @@ func (s *server) classify(err error) *Error {
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeUnsupported, Message: err.Error()}
 	case errors.Is(err, job.ErrTooLarge):
 		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Message: err.Error()}
+	case errors.Is(err, job.ErrNoSpace):
+		// The session's disk limit, not a fault of the server: 507 as a
+		// WebDAV server answers a full quota.
+		return &Error{Status: http.StatusInsufficientStorage, Code: CodeWorkspaceFull, Message: err.Error()}
 	case errors.Is(err, job.ErrInvalid):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: err.Error()}
 	case errors.Is(err, job.ErrConflict):
@@ -111,10 +118,11 @@ func (s *server) classify(err error) *Error {
 }
 
 // writeError classifies err and writes the JSON error body. Server errors
-// are logged with the request ID; their text never reaches the client.
+// (but 507, a full workspace: the client's limit) are logged with the
+// request ID; their text never reaches the client.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := s.classify(err)
-	if e.Status >= 500 {
+	if e.Status >= 500 && e.Status != http.StatusInsufficientStorage {
 		logger(r.Context(), s.log).Error("request failed", "status", e.Status, "err", err)
 	}
 	if e.RetryAfter > 0 {

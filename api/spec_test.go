@@ -42,6 +42,10 @@ func TestSpecCoversResult(t *testing.T) {
 		{reflect.TypeFor[job.EgressRecord](), doc.Components.Schemas["EgressRecord"].Value},
 		{reflect.TypeFor[job.Approval](), doc.Components.Schemas["Approval"].Value},
 		{reflect.TypeFor[decisionBody](), doc.Components.Schemas["ApprovalDecision"].Value},
+		{reflect.TypeFor[batchView](), doc.Components.Schemas["Batch"].Value},
+		{reflect.TypeFor[job.CallRecord](), doc.Components.Schemas["CallRecord"].Value},
+		{reflect.TypeFor[callView](), doc.Components.Schemas["CallRecord"].Value},
+		{reflect.TypeFor[tools.SourceStatus](), doc.Components.Schemas["SourceStatus"].Value},
 	} {
 		for i := 0; i < tc.typ.NumField(); i++ {
 			name, _, _ := strings.Cut(tc.typ.Field(i).Tag.Get("json"), ",")

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -23,7 +25,24 @@ func (rs *toolsResource) Routes() chi.Router {
 
 type toolList struct {
 	Tools []any `json:"tools"`
+	// Sources are the tools directory and the MCP providers with their
+	// state (sandboxd's own format only).
+	Sources []tools.SourceStatus `json:"sources,omitempty"`
 }
+
+// warm starts lazy tool providers before a listing (at most a few
+// seconds), so that their tools are listed.
+func (rs *toolsResource) warm(r *http.Request) {
+	if rs.opts.Tools == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), warmTimeout)
+	defer cancel()
+	rs.opts.Tools.Warm(ctx)
+}
+
+// warmTimeout bounds how long a listing waits for lazy providers.
+const warmTimeout = 10 * time.Second
 
 // parseFormat returns "" for sandboxd's own shape.
 func parseFormat(s string) (tools.Format, error) {
@@ -43,6 +62,7 @@ func (rs *toolsResource) list(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, err)
 		return
 	}
+	rs.warm(r)
 	out := toolList{Tools: []any{}}
 	reg := rs.svc.Registry()
 	if reg == nil {
@@ -66,6 +86,9 @@ func (rs *toolsResource) list(w http.ResponseWriter, r *http.Request) {
 			out.Tools = append(out.Tools, viewTool(t))
 		}
 	}
+	if rs.opts.Tools != nil {
+		out.Sources = rs.opts.Tools.Sources()
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -76,6 +99,9 @@ func (rs *toolsResource) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := chi.URLParam(r, "name")
+	if _, ok := rs.svc.Registry().Lookup(name); !ok {
+		rs.warm(r)
+	}
 	reg := rs.svc.Registry()
 	var t *tools.Tool
 	ok := false

@@ -62,6 +62,13 @@ type Config struct {
 	Retention    Retention   `yaml:"retention"`
 	Callbacks    Callbacks   `yaml:"callbacks"`
 	Console      Console     `yaml:"console"`
+	// ToolsDir, Tools, Turns and Providers: model turns (POST
+	// /v1/tool-calls), tools without Go code and MCP tool providers
+	// (turns.go).
+	ToolsDir  string    `yaml:"tools_dir" env:"SANDBOXD_TOOLS_DIR" check:"abspath" default:"none" doc:"a directory of tool files (*.yaml and *.yml argv or script tools, *.py function tools), loaded at start, on SIGHUP and on POST /v1/admin/tools/reload (operator keys); each file on its own: a bad one is logged and listed in GET /v1/tools, the others load"`
+	Tools     Tools     `yaml:"tools"`
+	Turns     Turns     `yaml:"turns"`
+	Providers Providers `yaml:"providers" default:"none" doc:"MCP servers whose tools join the registry as <name>__<tool>: a stdio command in a sandbox or a streamable-HTTP url; started lazily or at boot, restarted with backoff when they die"`
 }
 
 // Runner selects and configures the sandbox backend.
@@ -219,5 +226,6 @@ func Defaults() Config {
 		Retention: Retention{MaxAge: 7 * 24 * time.Hour, MaxBytes: 1 << 30, Interval: time.Minute},
 		Callbacks: Callbacks{Attempts: 5, Backoff: time.Second, Timeout: 10 * time.Second},
 		Console:   Console{SampleInterval: 5 * time.Second, MaxSeries: 1000},
+		Turns:     Turns{Concurrency: 8, Retries: 2, RetryBackoff: 100 * time.Millisecond, Keep: time.Hour},
 	}
 }

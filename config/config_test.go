@@ -107,6 +107,37 @@ func TestLimitsResolve(t *testing.T) {
 	}
 }
 
+// The disk limits: a filesystem of at least 16 MiB and 128 inodes, in the
+// configuration as in a request; a lower ceiling lowers the default.
+func TestDiskLimits(t *testing.T) {
+	t.Parallel()
+	e := Limits{}.Effective()
+	if e.Defaults.DiskBytes != 1<<30 || e.Defaults.DiskInodes != 65536 || e.Ceilings.DiskBytes != 8<<30 || e.Ceilings.DiskInodes != 1<<20 {
+		t.Fatalf("built-in disk limits: %+v", e)
+	}
+	if d := (Limits{Ceilings: runner.Limits{DiskBytes: 256 << 20}}).Effective().Defaults.DiskBytes; d != 256<<20 {
+		t.Errorf("default under a 256 MiB ceiling: %d", d)
+	}
+	err := Limits{Defaults: runner.Limits{DiskInodes: 100}, Ceilings: runner.Limits{DiskBytes: 1 << 20}}.Validate()
+	for _, want := range []string{"limits.defaults.disk_inodes 100 is below the minimum of 128", "limits.ceilings.disk_bytes 1048576 is below the minimum of 16777216"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v, want %s", err, want)
+		}
+	}
+	for req, want := range map[runner.Limits]string{
+		{DiskBytes: 1 << 20}:  "limits.disk_bytes 1048576 is below the minimum",
+		{DiskInodes: 10}:      "limits.disk_inodes 10 is below the minimum of 128",
+		{DiskBytes: 16 << 30}: "limits.disk_bytes 17179869184 exceeds the ceiling 8589934592",
+	} {
+		if _, err := e.Resolve(req); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v, want %s", req, err, want)
+		}
+	}
+	if got, err := e.Resolve(runner.Limits{DiskBytes: 64 << 20}); err != nil || got.DiskBytes != 64<<20 || got.DiskInodes != 65536 {
+		t.Errorf("64 MiB asked: %+v %v", got, err)
+	}
+}
+
 func TestFill(t *testing.T) {
 	t.Parallel()
 	s := Sessions{MaxPerTenant: 3, MaxTTL: time.Minute}

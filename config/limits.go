@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -24,10 +25,12 @@ var (
 	BuiltinDefaults = runner.Limits{
 		MemoryBytes: 512 << 20, PIDs: 256, CPUMillis: 1000, Timeout: 60 * time.Second,
 		OutputBytes: 1 << 20, NoFile: 1024, FileSize: 100 << 20,
+		DiskBytes: workspace.DefaultBytes, DiskInodes: workspace.DefaultInodes,
 	}
 	BuiltinCeilings = runner.Limits{
 		MemoryBytes: 4 << 30, PIDs: 1024, CPUMillis: 4000, Timeout: 30 * time.Minute,
 		OutputBytes: 16 << 20, NoFile: 65536, FileSize: 1 << 30,
+		DiskBytes: 8 << 30, DiskInodes: 1 << 20,
 	}
 )
 
@@ -65,7 +68,19 @@ func (l Limits) Resolve(req runner.Limits) (runner.Limits, error) {
 			*v = *f(&l.Defaults)
 		}
 	})
+	if err == nil {
+		err = diskMinimum(req, "limits")
+	}
 	return req, err
+}
+
+// diskMinimum refuses disk limits below what a workspace filesystem can
+// be (workspace.MinBytes, MinInodes); zero is not below.
+func diskMinimum(l runner.Limits, prefix string) error {
+	if err := (workspace.Limits{Bytes: l.DiskBytes, Inodes: l.DiskInodes}).Check(); err != nil {
+		return fmt.Errorf("%s.%w", prefix, err)
+	}
+	return nil
 }
 
 // Validate reports negative limits and defaults above their ceilings.
@@ -92,6 +107,16 @@ func (l Limits) check(bad func(string, ...any)) {
 			bad("limits.defaults.%s %s is above limits.ceilings.%s %s", name, quoteLimit(name, d), name, quoteLimit(name, c))
 		}
 	})
+	for _, side := range []struct {
+		prefix string
+		l      runner.Limits
+	}{{"limits.defaults", l.Defaults}, {"limits.ceilings", l.Ceilings}} {
+		if side.l.DiskBytes >= 0 && side.l.DiskInodes >= 0 {
+			if err := diskMinimum(side.l, side.prefix); err != nil {
+				bad("%v", err)
+			}
+		}
+	}
 }
 
 // FormatLimit writes a limit's value: a duration for the timeout, else the

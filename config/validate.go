@@ -105,6 +105,7 @@ func (c *Config) validate(bad func(string, ...any)) {
 		}
 	}
 	c.Limits.check(bad)
+	c.validateTurns(bad)
 	if ss := c.Sessions; ss.DefaultTTL > ss.MaxTTL {
 		bad("sessions.default_ttl %q: exceeds sessions.max_ttl %q", ss.DefaultTTL, ss.MaxTTL)
 	}

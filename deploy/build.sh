@@ -15,4 +15,13 @@ for img in sandboxd/base:latest sandboxd/debian:bookworm; do
 	docker image inspect "$img" >/dev/null 2>&1 || { echo "build.sh: $img missing: run scripts/build-images.sh" >&2; exit 1; }
 done
 docker build -t sandboxd/sandboxd:local -f Dockerfile .
+# sandboxd mounts every workspace under its data dir inside its container;
+# docker-compose.yml binds that dir rshared so that the mounts reach the
+# host's dockerd, which needs the host path on a shared mount.
+data=/var/lib/sandboxd-compose
+mkdir -p "$data"
+if ! findmnt -n -o PROPAGATION --target "$data" | grep -q shared; then
+	mount --bind "$data" "$data"
+	mount --make-shared "$data"
+fi
 docker build -t sandboxd/prometheus:local -f prometheus/Dockerfile prometheus

@@ -22,9 +22,10 @@ type compose struct {
 }
 
 type composeService struct {
-	Image string `yaml:"image"`
-	PID   string `yaml:"pid"`
-	Build *struct {
+	Image      string `yaml:"image"`
+	PID        string `yaml:"pid"`
+	Privileged bool   `yaml:"privileged"`
+	Build      *struct {
 		Context    string `yaml:"context"`
 		Dockerfile string `yaml:"dockerfile"`
 	} `yaml:"build"`
@@ -111,7 +112,7 @@ func TestComposeFile(t *testing.T) {
 					t.Errorf("%s: named volume %q is not declared under volumes", name, v.source)
 				}
 			}
-			if v.mode != "" && v.mode != "ro" && v.mode != "rw" {
+			if v.mode != "" && v.mode != "ro" && v.mode != "rw" && v.mode != "rshared" {
 				t.Errorf("%s: volume %q: mode %q", name, s, v.mode)
 			}
 		}
@@ -155,8 +156,11 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("sandboxd: pid %q, want host (the runner's reaper judges owners by host pid)", sd.PID)
 	}
 	data := sd.Environment["SANDBOXD_DATA_DIR"]
-	if v, ok := mountOf(t, sd, data); !ok || v.source != data {
-		t.Errorf("sandboxd: data dir %q must be bind-mounted at the same host path, got %+v", data, v)
+	if v, ok := mountOf(t, sd, data); !ok || v.source != data || v.mode != "rshared" {
+		t.Errorf("sandboxd: data dir %q must be bind-mounted at the same host path, rshared (its workspace mounts must reach dockerd), got %+v", data, v)
+	}
+	if !sd.Privileged {
+		t.Error("sandboxd: not privileged: it cannot make workspace filesystems (loop devices, mount)")
 	}
 	for _, k := range []string{"SANDBOXD_AGENT_PATH", "TMPDIR"} {
 		if !strings.HasPrefix(sd.Environment[k], data+"/") {

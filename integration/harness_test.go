@@ -63,6 +63,8 @@ type server struct {
 	log        *bytes.Buffer
 	addr       string
 	metrics    string
+	// stoppedWith is the signal of the last stop.
+	stoppedWith syscall.Signal
 }
 
 func freeAddr(t testing.TB) string {
@@ -105,8 +107,25 @@ func startServerArgs(t testing.TB, config string, args ...string) *server {
 		}
 	}
 	s.start()
-	t.Cleanup(func() { s.stop(syscall.SIGTERM) })
+	t.Cleanup(func() {
+		s.stop(syscall.SIGTERM)
+		s.releaseWorkspaces()
+	})
 	return s
+}
+
+// releaseWorkspaces unmounts the workspace filesystems a stopped sandboxd
+// left (a test that killed it without a restart leaves them; a sandboxd
+// stopped with SIGTERM must leave none), so that no mount or loop device
+// outlives the test.
+func (s *server) releaseWorkspaces() {
+	left := mountsUnder(s.t, filepath.Join(s.DataDir, "workspaces"))
+	if len(left) > 0 && s.stoppedWith == syscall.SIGTERM {
+		s.t.Errorf("sandboxd stopped with SIGTERM left workspace mounts: %v", left)
+	}
+	for i := len(left) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(strings.Fields(left[i])[0], syscall.MNT_DETACH)
+	}
 }
 
 func (s *server) start() {
@@ -148,6 +167,7 @@ func (s *server) stop(sig syscall.Signal) {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
+	s.stoppedWith = sig
 	s.cmd.Process.Signal(sig)
 	done := make(chan struct{})
 	go func() { s.cmd.Wait(); close(done) }()

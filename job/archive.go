@@ -80,34 +80,56 @@ func archiveReader(r io.Reader) (*tar.Reader, error) {
 	return tar.NewReader(br), nil
 }
 
+// archiveNeeds is what unpacking an archive takes at most.
+type archiveNeeds struct {
+	inodes int64   // entries (each a file or a directory)
+	sizes  []int64 // of the regular files
+}
+
+// blockBytes is the space the entries take in blocks of bsize: every file
+// rounded up to whole blocks, every directory one block.
+func (n archiveNeeds) blockBytes(bsize int64) int64 {
+	total := (n.inodes - int64(len(n.sizes))) * bsize
+	for _, sz := range n.sizes {
+		total += (sz + bsize - 1) / bsize * bsize
+	}
+	return total
+}
+
 // checkArchive reads a whole archive and validates every entry, the entry
-// count and the total unpacked size, without writing anything.
-func checkArchive(r io.Reader, maxEntries int, maxBytes int64) error {
+// count and the total unpacked size, without writing anything. It returns
+// what unpacking it needs.
+func checkArchive(r io.Reader, maxEntries int, maxBytes int64) (archiveNeeds, error) {
+	var need archiveNeeds
 	tr, err := archiveReader(r)
 	if err != nil {
-		return err
+		return need, err
 	}
 	var n int
 	var total int64
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return nil
+			return need, nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: reading the archive: %v", ErrInvalid, err)
+			return need, fmt.Errorf("%w: reading the archive: %v", ErrInvalid, err)
 		}
 		if n++; n > maxEntries {
-			return fmt.Errorf("%w: the archive has more than %d entries", ErrTooLarge, maxEntries)
+			return need, fmt.Errorf("%w: the archive has more than %d entries", ErrTooLarge, maxEntries)
 		}
 		if _, err := checkArchiveEntry(h); err != nil {
-			return err
+			return need, err
 		}
 		if total += h.Size; total > maxBytes || total < 0 {
-			return fmt.Errorf("%w: the archive unpacks to more than %d bytes", ErrTooLarge, maxBytes)
+			return need, fmt.Errorf("%w: the archive unpacks to more than %d bytes", ErrTooLarge, maxBytes)
+		}
+		need.inodes++
+		if h.Typeflag == tar.TypeReg {
+			need.sizes = append(need.sizes, h.Size)
 		}
 		if _, err := io.Copy(io.Discard, tr); err != nil {
-			return fmt.Errorf("%w: reading the archive: %v", ErrInvalid, err)
+			return need, fmt.Errorf("%w: reading the archive: %v", ErrInvalid, err)
 		}
 	}
 }

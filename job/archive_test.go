@@ -96,7 +96,7 @@ func TestCheckArchive(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			err := checkArchive(bytes.NewReader(tc.data), 2, 50)
+			_, err := checkArchive(bytes.NewReader(tc.data), 2, 50)
 			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
 				t.Fatalf("checkArchive = %v, want %v", err, tc.want)
 			}
@@ -133,6 +133,6 @@ func FuzzCheckArchive(f *testing.F) {
 	f.Add(makeTar(f, tar.Header{Name: "a", Typeflag: tar.TypeReg, Size: 1}))
 	f.Add([]byte{0x1f, 0x8b})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_ = checkArchive(bytes.NewReader(data), 100, 1<<20)
+		_, _ = checkArchive(bytes.NewReader(data), 100, 1<<20)
 	})
 }

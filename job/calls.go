@@ -17,6 +17,15 @@ import (
 
 // Submit records and enqueues a call; see api.JobService.
 func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) (*Job, bool, error) {
+	decided := false // req.Decision is the job's once recorded on it
+	j, created, err := s.submit(ctx, tenant, req, &decided)
+	if req.Decision != nil && !decided {
+		s.RefundDecision(req.Decision)
+	}
+	return j, created, err
+}
+
+func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, decided *bool) (*Job, bool, error) {
 	if tenant == "" {
 		return nil, false, fmt.Errorf("%w: empty tenant", ErrInvalid)
 	}
@@ -31,7 +40,7 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 	if err != nil {
 		return nil, false, err
 	}
-	limits, err := s.cfg.effectiveLimits(reqLimits)
+	limits, err := s.cfg.effectiveLimits(toolDefaults(reqLimits, tool.Limits, s.cfg.Limits.Ceilings))
 	if err != nil {
 		return nil, false, err
 	}
@@ -78,12 +87,17 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 		j.Callback = &Callback{URL: req.CallbackURL, State: CallbackPending}
 	}
 	var d policy.Decision
-	j.Guard, d = s.decide(j, tool, now)
+	if req.Decision != nil {
+		j.Guard, d = s.record(j, *req.Decision, now), *req.Decision
+	} else {
+		j.Guard, d = s.decide(j, tool, now)
+	}
+	*decided = true
 	switch d.Outcome {
 	case policy.OutcomeDeny:
 		return s.submitRefused(ctx, j, d)
 	case policy.OutcomeConfirm:
-		return s.submitPending(ctx, j, tool, args, d)
+		return s.submitPending(ctx, j, tool, args, d, req)
 	}
 	select {
 	case s.slots <- struct{}{}:
@@ -93,6 +107,7 @@ func (s *Service) Submit(ctx context.Context, tenant string, req SubmitRequest) 
 		return nil, false, ErrQueueFull
 	}
 	e := s.newEntry(j, tool, args)
+	e.retry = req.Retry
 	e.mu.Lock() // a Cancel of this ID waits until the record exists
 	s.register(e)
 	if err := s.st.Create(ctx, j); err != nil {

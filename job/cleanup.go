@@ -191,7 +191,11 @@ func (s *Service) sweepWorkspaces() int {
 		}
 		for _, e := range ents {
 			rel := filepath.Join(sub, e.Name())
-			if live[rel] || (sub == "" && (e.Name() == "pool" || e.Name() == "sessions")) {
+			// A live workspace's read-only view (workspace.Workspace.View)
+			// is live with it; the workspace Manager's own directory
+			// (.images) is not a workspace. Mounts of a previous process
+			// are gone by now (Workspaces.Cleanup ran first).
+			if live[rel] || live[strings.TrimSuffix(rel, ".ro")] || (sub == "" && (e.Name() == "pool" || e.Name() == "sessions" || strings.HasPrefix(e.Name(), "."))) {
 				continue
 			}
 			if e.IsDir() || strings.HasPrefix(e.Name(), "archive-") {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/internal/netclass"
+	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
@@ -43,8 +44,15 @@ type Config struct {
 	// 65534 (nobody); -1 leaves the daemon's owner.
 	FileUID, FileGID int
 	// WorkDir holds the job workspaces (WorkDir/<job-id>, removed when the
-	// job ends). Default $TMPDIR/sandboxd/work. Created if missing.
+	// job ends). Default $TMPDIR/sandboxd/work, or Workspaces.Root().
+	// Created if missing.
 	WorkDir string
+	// Workspaces makes the workspaces of sandboxes (one-shot, pooled,
+	// sessions) under WorkDir, bounded by each one's DiskBytes and
+	// DiskInodes limits. nil: plain directories without a disk bound (unit
+	// tests with fake runners); the daemon passes a Manager that gives each
+	// workspace its own filesystem. Its Root must be WorkDir.
+	Workspaces *workspace.Manager
 	// HTTP, when set, replaces the http_request options made from
 	// HTTPRequest (tests that talk to their own loopback servers). Its
 	// Guard is replaced by the tenant's (see Service.httpOptions) for a
@@ -114,6 +122,12 @@ type Config struct {
 	// Egress gives the sandboxes of tools with the http effect their only
 	// way out; nil: such sandboxes are refused (internal error).
 	Egress EgressProvider
+	// Turns configures the turn executor (turn.go) and the retries of
+	// infrastructure failures of jobs submitted with Retry (retry.go):
+	// Retries more attempts (0: none), the first after RetryBackoff
+	// (doubling, at most 5s). Zero Concurrency, RetryBackoff and Keep take
+	// config.Defaults().Turns.
+	Turns config.Turns
 }
 
 // EgressProvider makes the egress endpoint of one sandbox (package egress
@@ -165,14 +179,27 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 	if err := retentionDefaults(&c.Retention); err != nil {
 		return c, err
 	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.WorkDir == "" && c.Workspaces != nil {
+		c.WorkDir = c.Workspaces.Root()
+	}
 	if c.WorkDir == "" {
 		c.WorkDir = filepath.Join(os.TempDir(), "sandboxd", "work")
 	}
+	if c.Workspaces == nil {
+		ws, err := workspace.New(workspace.Options{Root: c.WorkDir, Plain: true, Logger: c.Logger})
+		if err != nil {
+			return c, fmt.Errorf("config: %w", err)
+		}
+		c.Workspaces = ws
+	}
+	if wd, err := filepath.Abs(c.WorkDir); err != nil || !sameDir(wd, c.Workspaces.Root()) {
+		return c, fmt.Errorf("config: WorkDir %q is not the workspaces' root %q", c.WorkDir, c.Workspaces.Root())
+	}
 	if c.RunnerName == "" && r != nil {
 		c.RunnerName = r.Name()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
@@ -201,6 +228,12 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 			}
 		}
 	}
+	td := def.Turns
+	td.Retries = 0 // zero is none here
+	config.Fill(&c.Turns, td)
+	if c.Turns.Retries < 0 {
+		c.Turns.Retries = 0
+	}
 	return c, nil
 }
 
@@ -224,4 +257,34 @@ func (c *Config) effectiveLimits(req runner.Limits) (runner.Limits, error) {
 		return runner.Limits{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return l, nil
+}
+
+// sameDir reports whether a and b name the same directory.
+func sameDir(a, b string) bool {
+	if a == b {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+// toolDefaults fills the limits a request leaves zero with the tool's own
+// (tools.Tool.Limits), held to the ceilings: a tool file may ask for less
+// or more than the operator's defaults, never more than the ceilings.
+func toolDefaults(req runner.Limits, tl tools.Limits, ceil runner.Limits) runner.Limits {
+	pick := func(r *int64, t, c int64) {
+		if *r == 0 && t > 0 {
+			*r = t
+			if c > 0 && t > c {
+				*r = c
+			}
+		}
+	}
+	pick(&req.MemoryBytes, tl.MemoryBytes, ceil.MemoryBytes)
+	pick(&req.PIDs, tl.PIDs, ceil.PIDs)
+	pick(&req.CPUMillis, tl.CPUMillis, ceil.CPUMillis)
+	pick((*int64)(&req.Timeout), int64(tl.Timeout), int64(ceil.Timeout))
+	pick(&req.OutputBytes, tl.OutputBytes, ceil.OutputBytes)
+	return req
 }

@@ -80,7 +80,7 @@ func (s *Service) run(e *entry) {
 	log := s.log.With("job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
 	log.Debug("job started")
 
-	a := s.execute(ctx, e, started)
+	a := s.executeWithRetries(ctx, e, j, started, log)
 	// Not running any more: lowered before waiters wake, so a client that
 	// saw the job finish never sees it still in flight.
 	s.m.inFlight.Dec()
@@ -199,6 +199,9 @@ func (s *Service) runInProcess(ctx context.Context, tool *tools.Tool, args map[s
 	start := time.Now()
 	res, err := tool.Run(tctx, env, args)
 	wall := time.Since(start)
+	if errors.Is(err, tools.ErrInfrastructure) { // the provider behind the tool failed
+		return attempt{ran: !errors.Is(err, tools.ErrNotStarted), err: err}
+	}
 	a := attempt{res: res, ran: true}
 	if a.res.Usage.WallMS == 0 {
 		a.res.Usage.WallMS = wall.Milliseconds()
@@ -235,7 +238,7 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 		if err != nil {
 			return attempt{err: err}
 		}
-		spec.Limits = j.Limits
+		spec.Limits, spec.Image = j.Limits, tool.Image
 		spec.Labels = map[string]string{"job": j.ID, "tenant": j.Tenant}
 		var release func()
 		sb, release, err = s.oneShotSandbox(ctx, spec)
@@ -285,12 +288,18 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 		return attempt{ran: true, err: fmt.Errorf("exec in sandbox: %w", err)}
 	}
 	res := tools.FromProcess(processInfo(pr, j.Limits), tool.Effects, wall)
+	if cmd.Decode != nil && !pr.TimedOut {
+		res = cmd.Decode(res)
+	}
 	res.Usage.CPUMS = pr.Usage.CPU.Milliseconds()
 	res.Usage.PeakMemory = pr.Usage.PeakMemory
 	return attempt{res: res, ran: true, timedOut: pr.TimedOut}
 }
 
-// workspace creates WorkDir/<id>; cleanup removes it.
+// workspace creates WorkDir/<id>, a plain directory, for a one-shot
+// in-process tool (read_file, write_file ...): no code runs there and what
+// such a tool writes is bounded by its request, so it gets no filesystem
+// of its own (sandboxes do: newWorkspace). cleanup removes it.
 func (s *Service) workspace(id string) (string, func(), error) {
 	dir := filepath.Join(s.cfg.WorkDir, id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

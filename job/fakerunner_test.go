@@ -31,6 +31,8 @@ type fakeRunner struct {
 	alive   int
 	reaped  int
 	started chan string // receives the sandbox ID when Exec starts (if non-nil)
+	// createFails makes the next N Creates fail (the runner is unavailable).
+	createFails atomic.Int64
 }
 
 var (
@@ -52,6 +54,10 @@ func (r *fakeRunner) Create(ctx context.Context, spec runner.SandboxSpec) (runne
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if r.createFails.Add(-1) >= 0 {
+		return nil, errors.New("runner unavailable")
+	}
+	r.createFails.Store(0)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.specs = append(r.specs, spec)

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxd/sandboxd/internal/ids"
 )
 
@@ -109,7 +111,9 @@ func (s *Service) mkdirAll(root *os.Root, dir string) error {
 }
 
 // PutFile writes r to path in the session's workspace (creating parent
-// directories), at most Sessions.MaxFileBytes (ErrTooLarge).
+// directories), at most Sessions.MaxFileBytes (ErrTooLarge) and what the
+// workspace's disk limit leaves (ErrNoSpace). A refused upload leaves the
+// workspace as it was (parent directories it made aside).
 func (s *Service) PutFile(ctx context.Context, tenant, id, p string, r io.Reader) (FileInfo, error) {
 	name, err := workspacePath(p)
 	if err != nil {
@@ -124,12 +128,12 @@ func (s *Service) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 	}
 	defer root.Close()
 	if err := s.mkdirAll(root, path.Dir(name)); err != nil {
-		return FileInfo{}, err
+		return FileInfo{}, noSpace(err, "write "+name)
 	}
 	tmp := path.Join(path.Dir(name), ".sandboxd-upload-"+ids.New(""))
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return FileInfo{}, fmt.Errorf("write %s: %w", name, err)
+		return FileInfo{}, noSpace(fmt.Errorf("write %s: %w", name, err), "write "+name)
 	}
 	max := s.cfg.Sessions.MaxFileBytes
 	n, err := io.Copy(f, io.LimitReader(r, max+1))
@@ -148,7 +152,7 @@ func (s *Service) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 		if errors.Is(err, ErrTooLarge) {
 			return FileInfo{}, err
 		}
-		return FileInfo{}, fmt.Errorf("write %s: %w", name, err)
+		return FileInfo{}, noSpace(fmt.Errorf("write %s: %w", name, err), "write "+name)
 	}
 	s.touch(ls)
 	fi, err := root.Stat(name)
@@ -205,9 +209,17 @@ func (s *Service) OpenFile(ctx context.Context, tenant, id, p string) (io.ReadCl
 }
 
 // PutArchive unpacks a tar (optionally gzipped) into dir of the session's
-// workspace. The body is spooled (at most MaxArchiveBytes) and checked
-// whole first (checkArchive): a refused archive writes nothing. It returns
-// the number of entries written.
+// workspace. The body is spooled (at most MaxArchiveBytes) into the
+// workspace's own filesystem, as a file without a name the sandbox could
+// see, so that it counts against the workspace's disk limit, not the
+// host's disk (while it unpacks, the archive as sent and its contents both
+// take space there). It is checked whole first (checkArchive), and against
+// the space and inodes the workspace has left (ErrNoSpace): a refused
+// archive writes nothing. Should the workspace fill up while unpacking
+// anyway (the sandbox writes meanwhile), the files and directories the
+// archive created are removed again (files it overwrote keep what was
+// written) and the error is ErrNoSpace. It returns the number of entries
+// written.
 func (s *Service) PutArchive(ctx context.Context, tenant, id, dir string, r io.Reader) (int, error) {
 	base, err := workspacePath(dir)
 	if err != nil {
@@ -218,14 +230,17 @@ func (s *Service) PutArchive(ctx context.Context, tenant, id, dir string, r io.R
 		return 0, err
 	}
 	defer root.Close()
-	spool, err := os.CreateTemp(s.cfg.WorkDir, "archive-*")
+	spool, err := spoolFile(ls.dir, s.cfg.WorkDir)
 	if err != nil {
 		return 0, fmt.Errorf("spool archive: %w", err)
 	}
-	defer func() { spool.Close(); os.Remove(spool.Name()) }()
+	defer spool.Close()
 	max := s.cfg.Sessions.MaxArchiveBytes
 	n, err := io.Copy(spool, io.LimitReader(r, max+1))
 	if err != nil {
+		if e := noSpace(err, "spool the archive"); errors.Is(e, ErrNoSpace) {
+			return 0, e
+		}
 		return 0, fmt.Errorf("%w: reading the archive: %v", ErrInvalid, err)
 	}
 	if n > max {
@@ -234,14 +249,47 @@ func (s *Service) PutArchive(ctx context.Context, tenant, id, dir string, r io.R
 	if _, err := spool.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
-	if err := checkArchive(spool, s.cfg.Sessions.MaxArchiveEntries, max); err != nil {
+	need, err := checkArchive(spool, s.cfg.Sessions.MaxArchiveEntries, max)
+	if err != nil {
+		return 0, err
+	}
+	if err := fits(ls.dir, need); err != nil {
 		return 0, err
 	}
 	if _, err := spool.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
-	if err := s.mkdirAll(root, base); err != nil {
+	var created []string // by this archive, parents first
+	mkdir := func(dir string) error {
+		if dir == "." || dir == "" {
+			return nil
+		}
+		var missing []string
+		for d := dir; d != "." && d != ""; d = path.Dir(d) {
+			if _, err := root.Lstat(d); err == nil {
+				break
+			}
+			missing = append(missing, d)
+		}
+		if err := s.mkdirAll(root, dir); err != nil {
+			return err
+		}
+		for i := len(missing) - 1; i >= 0; i-- {
+			created = append(created, missing[i])
+		}
+		return nil
+	}
+	undo := func(err error) (int, error) {
+		if !errors.Is(err, ErrNoSpace) {
+			return 0, err
+		}
+		for i := len(created) - 1; i >= 0; i-- {
+			_ = root.Remove(created[i])
+		}
 		return 0, err
+	}
+	if err := mkdir(base); err != nil {
+		return undo(noSpace(err, "unpack the archive"))
 	}
 	tr, err := archiveReader(spool)
 	if err != nil {
@@ -262,31 +310,82 @@ func (s *Service) PutArchive(ctx context.Context, tenant, id, dir string, r io.R
 		}
 		name := path.Join(base, rel)
 		if h.Typeflag == tar.TypeDir {
-			if err := s.mkdirAll(root, name); err != nil {
-				return written, err
+			if err := mkdir(name); err != nil {
+				return undo(noSpace(err, "unpack the archive"))
 			}
 			written++
 			continue
 		}
-		if err := s.mkdirAll(root, path.Dir(name)); err != nil {
-			return written, err
+		if err := mkdir(path.Dir(name)); err != nil {
+			return undo(noSpace(err, "unpack the archive"))
 		}
+		_, statErr := root.Lstat(name)
 		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fs.FileMode(h.Mode)&0o777|0o600)
 		if err != nil {
-			return written, fmt.Errorf("write %s: %w", name, err)
+			return undo(noSpace(fmt.Errorf("write %s: %w", name, err), "unpack the archive"))
+		}
+		if statErr != nil {
+			created = append(created, name)
 		}
 		_, err = io.Copy(f, tr)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return written, fmt.Errorf("write %s: %w", name, err)
+			return undo(noSpace(fmt.Errorf("write %s: %w", name, err), "unpack the archive"))
 		}
 		s.chown(root, name)
 		written++
 	}
 	s.touch(ls)
 	return written, nil
+}
+
+// spoolFile is an unnamed file in dir (O_TMPFILE: invisible, gone when
+// closed), or, where the filesystem cannot make one, a named one in
+// fallback, removed when closed.
+func spoolFile(dir, fallback string) (*spooled, error) {
+	f, err := os.OpenFile(dir, os.O_RDWR|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		return &spooled{File: f}, nil
+	}
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EISDIR) {
+		return nil, noSpace(err, "spool the archive")
+	}
+	f, err = os.CreateTemp(fallback, "archive-*")
+	if err != nil {
+		return nil, err
+	}
+	return &spooled{File: f, name: f.Name()}, nil
+}
+
+type spooled struct {
+	*os.File
+	name string
+}
+
+func (s *spooled) Close() error {
+	err := s.File.Close()
+	if s.name != "" {
+		os.Remove(s.name)
+	}
+	return err
+}
+
+// fits checks that what an archive needs is free in the workspace at dir.
+func fits(dir string, need archiveNeeds) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("workspace space: %w", err)
+	}
+	bsize := max(st.Bsize, 1)
+	bytes := need.blockBytes(bsize)
+	free := int64(st.Bavail) * bsize
+	if bytes > free || need.inodes > int64(st.Ffree) {
+		return fmt.Errorf("%w: the archive unpacks to %d bytes in %d entries; the session's workspace has %d bytes and %d inodes left (its disk limit)",
+			ErrNoSpace, bytes, need.inodes, free, st.Ffree)
+	}
+	return nil
 }
 
 // GetArchive writes dir of the session's workspace to w as a tar:

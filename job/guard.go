@@ -32,10 +32,19 @@ func (s *Service) decide(j *Job, tool *tools.Tool, now time.Time) (*GuardRecord,
 		return nil, policy.Decision{Outcome: policy.OutcomeAllow}
 	}
 	d := s.cfg.Guard.Decide(policy.Request{Tenant: j.Tenant, Session: j.SessionID, Tool: tool.Name, Effects: tool.Effects})
+	return s.record(j, d, now), d
+}
+
+// record is the GuardRecord of decision d on j (nil when the tenant has
+// no policy).
+func (s *Service) record(j *Job, d policy.Decision, now time.Time) *GuardRecord {
+	if !s.guardEnabled(j.Tenant) {
+		return nil
+	}
 	return &GuardRecord{
 		Outcome: d.Outcome, Code: d.Code, Rule: d.Rule, Reason: d.Reason,
 		Remaining: d.Remaining, Spend: d.Spend, DecidedAt: now,
-	}, d
+	}
 }
 
 // refund gives back what the job's decision reserved (the job never ran).
@@ -89,7 +98,7 @@ func (s *Service) submitRefused(ctx context.Context, j *Job, d policy.Decision) 
 }
 
 // submitPending records a call that needs a human's approval.
-func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, args map[string]any, d policy.Decision) (*Job, bool, error) {
+func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, args map[string]any, d policy.Decision, req SubmitRequest) (*Job, bool, error) {
 	j.State = StatePendingApproval
 	a := &Approval{
 		ID: ids.At("apr_", j.CreatedAt), Tenant: j.Tenant, JobID: j.ID, SessionID: j.SessionID,
@@ -98,6 +107,7 @@ func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, a
 		CreatedAt: j.CreatedAt, ExpiresAt: j.CreatedAt.Add(s.approvalTimeout(j.Tenant)),
 	}
 	e := s.newEntry(j, tool, args)
+	e.retry, e.hold, e.decided = req.Retry, req.Hold, make(chan struct{})
 	e.mu.Lock()
 	s.register(e)
 	fail := func(err error) (*Job, bool, error) {
@@ -196,7 +206,8 @@ func (s *Service) DecideApproval(ctx context.Context, tenant, id string, d Appro
 	if s.closed {
 		return nil, ErrShutdown
 	}
-	if d.Approve {
+	held := e.held()
+	if d.Approve && !held { // a held job takes its queue slot at Release
 		select {
 		case s.slots <- struct{}{}:
 		default:
@@ -210,7 +221,7 @@ func (s *Service) DecideApproval(ctx context.Context, tenant, id string, d Appro
 		a.State = ApprovalApproved
 	}
 	if err := s.st.DecideApproval(ctx, a); err != nil {
-		if d.Approve {
+		if d.Approve && !held {
 			<-s.slots
 		}
 		return nil, err
@@ -227,14 +238,21 @@ func (s *Service) DecideApproval(ctx context.Context, tenant, id string, d Appro
 	e.mu.Lock()
 	if e.job.State != StatePendingApproval { // cancelled meanwhile
 		e.mu.Unlock()
-		<-s.slots
+		if !held {
+			<-s.slots
+		}
 		return a, nil
 	}
 	e.job.State = StateQueued
 	s.storeUpdate(e.job)
 	snap := cloneJob(e.job)
 	e.events.emit(Event{Type: EventQueued, Time: now, Job: snap})
+	e.leftPending()
 	e.mu.Unlock()
+	if held { // approved: it waits for its batch's Release
+		s.log.Info("call approved, held for its batch", "job", snap.ID, "approval", a.ID, "tenant", tenant)
+		return a, nil
+	}
 	if snap.SessionID != "" {
 		if ls := s.liveSession(snap.SessionID); ls != nil {
 			ls.join(snap.ID)
@@ -264,6 +282,7 @@ func (s *Service) failPending(e *entry, reason, msg string) {
 	j.Result = &tools.Result{OK: false, Error: msg}
 	s.storeUpdate(j)
 	snap := cloneJob(j)
+	e.leftPending()
 	e.mu.Unlock()
 	s.finished(e, snap)
 }

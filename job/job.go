@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -82,6 +83,24 @@ type SubmitRequest struct {
 	// CallbackURL, when set, is POSTed the final record when the job ends
 	// (callback.go); checked at Submit (ErrInvalid).
 	CallbackURL string
+
+	// The fields below are for in-process callers (the turn executor,
+	// turn.go); the HTTP API never sets them.
+
+	// Decision is the guard's decision already taken for this call: a
+	// batch decides all of its calls before any of them runs
+	// (DecideBatch). Submit records it instead of asking the guard and
+	// owns its reserved units from then on (refunded when Submit fails).
+	Decision *policy.Decision
+	// Hold keeps a call that needs approval out of the queue once it is
+	// approved: it waits, queued, until Release (a batch releases its
+	// calls together, in its own order).
+	Hold bool
+	// Retry lets the service run the call again after an infrastructure
+	// failure, up to Config.Turns.Retries times with exponential backoff, when
+	// that is safe: the call provably never started, or its tool is
+	// RetrySafe. Each attempt is counted in Job.Attempts.
+	Retry bool
 }
 
 // ListFilter selects jobs of one tenant (AllTenants: of every tenant),

@@ -39,6 +39,10 @@ type Metrics struct {
 	poolMisses     prometheus.Counter
 	webhooks       *prometheus.CounterVec
 	callbacks      *prometheus.CounterVec
+	// retries counts infrastructure failures by tool and what was done
+	// (retried, not_retried: the call may have started and its tool is
+	// not retry-safe, exhausted: no retries left).
+	retries *prometheus.CounterVec
 	// reg receives collectors made later by the service (pending
 	// approvals); nil: none registered.
 	reg prometheus.Registerer
@@ -109,9 +113,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "sandboxd_callback_deliveries_total",
 		Help: "Completion callback delivery attempts by tenant and outcome (delivered, failed: retried until callbacks.attempts, refused: the address guard refused the URL's address).",
 	}, []string{"tenant", "outcome"})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandboxd_job_infrastructure_failures_total",
+		Help: "Infrastructure failures of job attempts (runner unavailable, sandbox died, provider down), by tool and action (retried, not_retried, exhausted).",
+	}, []string{"tool", "action"})
 	m.reg = reg
 	if reg != nil {
-		reg.MustRegister(m.webhooks, m.callbacks)
+		reg.MustRegister(m.webhooks, m.callbacks, m.retries)
 		reg.MustRegister(m.jobs, m.duration, m.effects, m.queueDepth, m.queueRejected, m.sandboxesAlive, m.inFlight,
 			m.sessionsActive, m.sessionsClosed, m.poolReady, m.poolHits, m.poolMisses)
 	}

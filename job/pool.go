@@ -2,11 +2,11 @@ package job
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"sync"
 
 	"github.com/sandboxd/sandboxd/internal/ids"
+	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
@@ -36,8 +36,8 @@ func (k poolKey) imageLabel() string {
 }
 
 type pooledSandbox struct {
-	sb  runner.Sandbox
-	dir string // its own fresh workspace, used by the job that takes it
+	sb runner.Sandbox
+	ws *workspace.Workspace // its own fresh workspace (nil: none), used by the job that takes it
 }
 
 // pool keeps Size ready sandboxes per pooled key for one-shot jobs. A
@@ -164,22 +164,31 @@ func (p *pool) refill(k poolKey) {
 
 func (p *pool) create(k poolKey) {
 	s := p.s
-	sbxID := ids.New("pool_")
-	dir := filepath.Join(s.cfg.WorkDir, "pool", sbxID)
+	id := ids.New("pool_")
+	spec := runner.SandboxSpec{
+		ID: id, Image: k.image, Isolation: k.iso,
+		Limits: k.limits, Labels: map[string]string{"pool": k.imageLabel()},
+	}
+	// The workspace's filesystem is made here, ahead of the job, like
+	// the sandbox.
+	var ws *workspace.Workspace
 	var sb runner.Sandbox
-	err := os.MkdirAll(dir, 0o755)
+	var err error
+	if k.iso.Workspace != runner.WorkspaceNone {
+		ws, err = s.newWorkspace(p.ctx, filepath.Join(s.cfg.WorkDir, "pool", id), k.limits, k.iso.Workspace)
+		if err == nil {
+			spec.Workspace = ws.View
+		}
+	}
 	if err == nil {
-		sb, err = s.r.Create(p.ctx, runner.SandboxSpec{
-			ID: sbxID, Image: k.image, Workspace: dir, Isolation: k.iso,
-			Limits: k.limits, Labels: map[string]string{"pool": k.imageLabel()},
-		})
+		sb, err = s.r.Create(p.ctx, spec)
 	}
 	p.mu.Lock()
 	p.filling[k]--
 	if err != nil {
 		p.mu.Unlock()
 		s.alive.Add(-1)
-		s.removeWorkspace(dir)
+		s.releaseWorkspace(ws)
 		if p.ctx.Err() == nil {
 			s.log.Warn("pool: create sandbox", "err", err)
 		}
@@ -188,10 +197,10 @@ func (p *pool) create(k poolKey) {
 	s.m.sandboxesAlive.Inc()
 	if p.stopped {
 		p.mu.Unlock()
-		p.destroy(pooledSandbox{sb: sb, dir: dir})
+		p.destroy(pooledSandbox{sb: sb, ws: ws})
 		return
 	}
-	p.ready[k] = append(p.ready[k], pooledSandbox{sb: sb, dir: dir})
+	p.ready[k] = append(p.ready[k], pooledSandbox{sb: sb, ws: ws})
 	p.mu.Unlock()
 	s.m.poolReady.WithLabelValues(k.imageLabel()).Inc()
 }
@@ -204,7 +213,7 @@ func (p *pool) destroy(ps pooledSandbox) {
 		p.s.log.Error("pool: close sandbox", "sandbox", ps.sb.ID(), "err", err)
 	}
 	p.s.sandboxClosed()
-	p.s.removeWorkspace(ps.dir)
+	p.s.releaseWorkspace(ps.ws)
 }
 
 // evictOne destroys one ready sandbox to make room under the cap.
@@ -253,17 +262,22 @@ func (p *pool) stop() {
 
 // oneShotSandbox gives a one-shot job its sandbox: a pooled one when its
 // profile is pooled and one is ready, else a fresh one with the workspace
-// WorkDir/<job-id>. release destroys it and removes its workspace; the
-// sandbox never serves another job.
+// WorkDir/<job-id> (none when the sandbox would not see it). release
+// destroys it and releases its workspace; the sandbox never serves
+// another job.
 func (s *Service) oneShotSandbox(ctx context.Context, spec runner.SandboxSpec) (runner.Sandbox, func(), error) {
 	if ps, ok, _ := s.pool.take(keyOf(spec)); ok {
 		return ps.sb, func() { s.pool.destroy(ps); s.pool.refillAll() }, nil
 	}
-	ws, cleanup, err := s.workspace(spec.ID)
-	if err != nil {
-		return nil, nil, err
+	var ws *workspace.Workspace
+	if spec.Isolation.Workspace != runner.WorkspaceNone {
+		var err error
+		if ws, err = s.newWorkspace(ctx, filepath.Join(s.cfg.WorkDir, spec.ID), spec.Limits, spec.Isolation.Workspace); err != nil {
+			return nil, nil, err
+		}
+		spec.Workspace = ws.View
 	}
-	spec.Workspace = ws
+	cleanup := func() { s.releaseWorkspace(ws) }
 	// One-shot jobs are bounded by the workers: past the cap they evict a
 	// pooled sandbox if they can, else run anyway.
 	if !s.reserveSandbox(true) {

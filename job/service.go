@@ -102,6 +102,12 @@ type entry struct {
 	cancelReason string // ReasonCancelled or ReasonShutdown, set before cancel
 	done         chan struct{}
 	events       *hub
+	// retry: SubmitRequest.Retry (not persisted: a recovered job runs once).
+	retry bool
+	// hold: SubmitRequest.Hold; released once Release queued it. decided
+	// is closed when a pending_approval job leaves that state (turn.go).
+	hold, released bool
+	decided        chan struct{}
 }
 
 func (e *entry) tenant() string {
@@ -203,6 +209,13 @@ func (s *Service) Start(ctx context.Context) error {
 		} else {
 			s.log.Info("reaped sandboxes of a previous process", "count", n)
 		}
+	}
+	// The workspaces of a previous process (their mounts outlive it),
+	// now that no sandbox of it binds them.
+	if n, err := s.cfg.Workspaces.Cleanup(); err != nil {
+		s.log.Warn("release the workspaces of a previous process", "released", n, "err", err)
+	} else if n > 0 {
+		s.log.Info("released the workspaces of a previous process", "mounts", n)
 	}
 	if err := s.recoverSessions(ctx); err != nil {
 		return err

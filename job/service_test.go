@@ -94,6 +94,7 @@ func TestSandboxSpec(t *testing.T) {
 	b := config.BuiltinDefaults
 	builtin := func(l runner.Limits) runner.Limits {
 		l.CPUMillis, l.OutputBytes, l.NoFile, l.FileSize = b.CPUMillis, b.OutputBytes, b.NoFile, b.FileSize
+		l.DiskBytes, l.DiskInodes = b.DiskBytes, b.DiskInodes
 		return l
 	}
 	tests := []struct {
@@ -121,12 +122,16 @@ func TestSandboxSpec(t *testing.T) {
 		if iso := spec.Isolation; iso == nil || iso.Seccomp == nil {
 			t.Fatalf("%s: spec without a compiled isolation: %+v", tt.req.Call.Name, spec)
 		}
+		// A sandbox that does not see a workspace gets none.
 		if spec.Isolation.Workspace != tt.ws || spec.Isolation.Network != tt.network || spec.Limits != tt.limits ||
-			spec.Labels["job"] != j.ID || spec.Labels["tenant"] != "acme" || spec.Workspace == "" {
+			spec.Labels["job"] != j.ID || spec.Labels["tenant"] != "acme" || (spec.Workspace == "") != (tt.ws == runner.WorkspaceNone) {
 			t.Errorf("%s: spec %+v, want workspace %s network %s limits %+v", tt.req.Call.Name, spec, tt.ws, tt.network, tt.limits)
 		}
 		if j.Limits != tt.limits {
 			t.Errorf("%s: job limits %+v, want %+v", tt.req.Call.Name, j.Limits, tt.limits)
+		}
+		if spec.Workspace == "" {
+			continue
 		}
 		// The sandbox and its workspace are released after the job ends.
 		eventually(t, "workspace "+spec.Workspace+" removed", func() bool {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/ids"
+	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -24,10 +24,11 @@ import (
 type liveSession struct {
 	mu     sync.Mutex
 	sess   *Session
-	sb     runner.Sandbox // nil while creating
-	dir    string         // host workspace
-	order  []string       // job IDs waiting or running, oldest first
-	turn   chan struct{}  // closed and replaced whenever order changes
+	sb     runner.Sandbox       // nil while creating
+	dir    string               // host workspace (read-write)
+	ws     *workspace.Workspace // its filesystem; nil while creating
+	order  []string             // job IDs waiting or running, oldest first
+	turn   chan struct{}        // closed and replaced whenever order changes
 	closed bool
 	// current is the job that ran last (or runs): the sandbox's egress
 	// decisions belong to it, also those recorded just after it ended.
@@ -267,19 +268,21 @@ func (s *Service) reserveSandbox(evict bool) bool {
 
 func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (runner.Sandbox, error) {
 	sess := ls.sess
-	if err := os.MkdirAll(ls.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create session workspace: %w", err)
-	}
 	spec, err := s.specFor(sess.ID, sess.Tenant, sess.ID, sess.Effects, func(r EgressRecord) { s.recordSessionEgress(ls, r) })
 	if err != nil {
-		s.removeWorkspace(ls.dir)
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
-	spec.Image, spec.Workspace, spec.Limits = sess.Image, ls.dir, sess.Limits
+	// Always a workspace, also when the sandbox does not see it: uploads
+	// go there.
+	ws, err := s.newWorkspace(ctx, ls.dir, sess.Limits, spec.Isolation.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("create session workspace: %w", err)
+	}
+	spec.Image, spec.Workspace, spec.Limits = sess.Image, ws.View, sess.Limits
 	spec.Labels = map[string]string{"session": sess.ID, "tenant": sess.Tenant}
 	sb, err := s.r.Create(ctx, spec)
 	if err != nil {
-		s.removeWorkspace(ls.dir)
+		s.releaseWorkspace(ws)
 		switch {
 		case errors.Is(err, runner.ErrUnsupported):
 			return nil, fmt.Errorf("%w: the %s runner cannot create this session: %v", ErrUnsupported, s.cfg.RunnerName, err)
@@ -288,6 +291,7 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 		}
 		return nil, fmt.Errorf("create session sandbox: %w", err)
 	}
+	ls.ws = ws
 	return sb, nil
 }
 
@@ -383,7 +387,7 @@ func (s *Service) closeSession(ls *liveSession, reason string) *Session {
 		s.log.Error("close session sandbox", "session", snap.ID, "err", err)
 	}
 	s.sandboxClosed()
-	s.removeWorkspace(ls.dir)
+	s.releaseWorkspace(ls.ws)
 	s.m.sessionsActive.WithLabelValues(snap.Tenant).Dec()
 	s.m.sessionsClosed.WithLabelValues(reason).Inc()
 	s.log.Info("session closed", "session", snap.ID, "tenant", snap.Tenant, "reason", reason)

@@ -80,6 +80,9 @@ func newSessHarness(t *testing.T, r runner.Runner, cfg job.Config) *sessHarness 
 		t.Fatal(err)
 	}
 	h := &sessHarness{st: st, prom: prometheus.NewRegistry(), work: filepath.Join(dir, "work")}
+	if cfg.Workspaces != nil {
+		h.work = cfg.Workspaces.Root()
+	}
 	if r == nil {
 		h.fr = fake.New()
 		r = h.fr

@@ -41,7 +41,7 @@ var Table = []Row{
 		With:    "workspace mounted read-only at /workspace",
 		Enforced: [...]string{
 			"no bind / read-only bind + Landlock",
-			"no mount / read-only bind mount",
+			"no mount / bind of the workspace's read-only view (ro,nosuid,nodev on the host: Docker's own ro would drop nosuid,nodev)",
 			"no mount / read-only bind mount",
 			"as runc (gofer-mediated bind mount)",
 		},
@@ -75,7 +75,8 @@ var Always = []string{
 	fmt.Sprintf("the code (every process, the Python REPL included) runs as uid %d, gid %d, with no supplementary groups, no capabilities and no_new_privs", CodeUID, CodeGID),
 	fmt.Sprintf("the code cannot signal, trace or read pid 1 (its memory, /proc files, fds) nor reach the agent's socket: the agent (pid 1 of every sandbox) runs as uid %d with only %s, no_new_privs and the same seccomp profile, and is non-dumpable; its socket is %s in a directory of uid %d, mode 0700. Under gVisor the code can still list and read pid 1's /proc fdinfo (fd numbers, offsets, flags)", AgentUID, agentCapabilityList(), runner.AgentSocketPath, AgentUID),
 	"one seccomp profile for every runner, Docker's default tightened and deny by default (policy/): AF_ALG, AF_VSOCK, AF_PACKET, io_uring, keyctl, bpf, perf_event_open, ptrace, mount, unshare/setns, clone's namespace flags, userfaultfd, kexec, the TIOCSTI and TIOCLINUX ioctls and non-native architectures denied; the int arguments it checks (socket family, ioctl command, clone flags, personality) are compared on their low 32 bits, the bits the kernel reads. Docker and containerd get it as JSON and OCI spec, the local runner as BPF compiled from the same profile",
-	"read-only root filesystem, fresh /tmp, masked /proc paths",
+	"read-only root filesystem, fresh /tmp and /dev/shm, masked /proc paths",
+	"a disk limit (limits.disk_bytes, disk_inodes): the workspace is a filesystem of its own of that size and inode count (an ext4 image on a loop device, mounted nosuid,nodev on the host, also for uploads), and /tmp and /dev/shm are tmpfs with the same size= (or the runner's smaller cap) and nr_inodes=; a full one is ENOSPC, never a full host disk. Under gVisor the Sentry drops nr_inodes (files in /tmp count against the memory limit) and has no nodev (a device node in the workspace opens only gVisor's own emulation of that device), and under Docker its workspace mount lacks nosuid (no_new_privs still ignores set-user-ID bits)",
 	"cleared environment, no file descriptors beyond 0-2, no runtime sockets (Docker, containerd, sandboxd's API are unreachable)",
 }
 

@@ -179,6 +179,28 @@ type Limits struct {
 	OutputBytes int64 `json:"output_bytes,omitempty" yaml:"output_bytes" doc:"each of stdout and stderr (head and tail kept)"`
 	NoFile      int64 `json:"nofile,omitempty" yaml:"nofile" doc:"open files"`
 	FileSize    int64 `json:"file_size_bytes,omitempty" yaml:"file_size_bytes" doc:"size of one file written"`
+	// DiskBytes and DiskInodes bound every writable path of the sandbox,
+	// each on its own: the workspace (a filesystem of this size and inode
+	// count, which the job service makes: internal/workspace) and the
+	// /tmp and /dev/shm tmpfs (see Tmpfs).
+	DiskBytes  int64 `json:"disk_bytes,omitempty" yaml:"disk_bytes" doc:"size of the workspace, its own filesystem (at least 16 MiB), and the most /tmp and /dev/shm each hold (they are memory too); writing past it is ENOSPC, an upload past it 507 workspace_full"`
+	DiskInodes int64 `json:"disk_inodes,omitempty" yaml:"disk_inodes" doc:"files and directories the workspace, /tmp and /dev/shm each hold (at least 128; at most one per 4 KiB of disk_bytes)"`
+}
+
+// Tmpfs is the size= and nr_inodes= of a sandbox's writable tmpfs mounts
+// (/tmp, /dev/shm) for a runner whose own cap is tmpBytes: at most
+// tmpBytes and DiskBytes, at most DiskInodes files and one per 4 KiB of
+// the size (as on the workspace's filesystem).
+func (l Limits) Tmpfs(tmpBytes int64) (size, inodes int64) {
+	size = tmpBytes
+	if l.DiskBytes > 0 && (size <= 0 || l.DiskBytes < size) {
+		size = l.DiskBytes
+	}
+	inodes = max(size/4096, 1)
+	if l.DiskInodes > 0 {
+		inodes = min(inodes, l.DiskInodes)
+	}
+	return size, inodes
 }
 
 // Process is one command to run inside a sandbox.
@@ -195,6 +217,13 @@ type Process struct {
 	// Stdout and Stderr, when set, receive output as it is produced (in
 	// addition to the capped copy in Result). They must not block long.
 	Stdout, Stderr io.Writer
+	// LongLived marks a process that serves requests until it exits, ctx
+	// ends or the sandbox closes (an MCP provider speaking over its stdio):
+	// no wall-clock timeout applies (Timeout and Limits.Timeout are
+	// ignored), Stdin is forwarded as it arrives instead of being read
+	// whole before the start, and Stdout and Stderr receive all the
+	// output, not only the capped part kept in Result.
+	LongLived bool
 }
 
 // Result is how a process ended. It is data, not an error.

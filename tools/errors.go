@@ -21,6 +21,20 @@ var (
 	ErrInvalidCall = errors.New("invalid tool call")
 	// ErrUnknownFormat: an export format other than openai, anthropic, mcp.
 	ErrUnknownFormat = errors.New("unknown export format")
+	// ErrInfrastructure: an in-process tool's Run could not get an answer
+	// for reasons that are not the call's (the MCP provider behind it died
+	// or is restarting). The job service treats it like a sandbox fault:
+	// failed with reason internal, retried when that is safe. Wrap it
+	// together with ErrNotStarted when the call provably never reached the
+	// tool.
+	ErrInfrastructure = errors.New("tool infrastructure failure")
+	// ErrNotStarted marks an infrastructure failure before the call
+	// reached the tool (nothing can have happened): such a call may always
+	// be retried.
+	ErrNotStarted = errors.New("the call never started")
+	// ErrUnknownDialect: a turn body in none of the dialects ParseTurn
+	// reads.
+	ErrUnknownDialect = errors.New("unknown turn dialect")
 )
 
 // RootField is the Field of a Problem about the whole arguments object (the

@@ -105,18 +105,6 @@ func exportTool(f Format, t *Tool) map[string]any {
 	}
 }
 
-// MCPAnnotations derives MCP tool hints from the effect tags: read-only
-// without file_write, exec or http; destructive with file_write or exec;
-// open-world with http.
-func MCPAnnotations(t *Tool) map[string]any {
-	write, exec, http := t.HasEffect(EffectFileWrite), t.HasEffect(EffectExec), t.HasEffect(EffectHTTP)
-	return map[string]any{
-		"readOnlyHint":    !write && !exec && !http,
-		"destructiveHint": write || exec,
-		"openWorldHint":   http,
-	}
-}
-
 // outputIsObject reports whether an output schema describes objects: MCP
 // requires outputSchema to be an object schema (structuredContent is an
 // object), so other output schemas are left out of the MCP export.

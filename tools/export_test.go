@@ -3,6 +3,7 @@ package tools
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -17,13 +18,13 @@ func TestExportShapes(t *testing.T) {
 		{FormatOpenAI, []string{"read_file"}, `[{"type":"function","function":{"name":"read_file","description":"Read a file.","parameters":` + readFileSchema + `}}]`},
 		{FormatAnthropic, []string{"read_file"}, `[{"name":"read_file","description":"Read a file.","input_schema":` + readFileSchema + `}]`},
 		{FormatMCP, []string{"read_file"}, `[{"name":"read_file","description":"Read a file.","inputSchema":` + readFileSchema + `,
-			"annotations":{"readOnlyHint":true,"destructiveHint":false,"openWorldHint":false}}]`},
+			"annotations":{"readOnlyHint":true,"destructiveHint":false,"openWorldHint":false,"idempotentHint":true}}]`},
 		{FormatMCP, []string{"http_get"}, `[{"name":"http_get","description":"GET a URL.",
 			"inputSchema":{"type":"object","properties":{"url":{"type":"string","format":"uri"}},"required":["url"]},
 			"outputSchema":{"type":"object","properties":{"status":{"type":"integer"}}},
-			"annotations":{"readOnlyHint":false,"destructiveHint":false,"openWorldHint":true}}]`},
+			"annotations":{"readOnlyHint":true,"destructiveHint":false,"openWorldHint":true,"idempotentHint":false}}]`},
 		{FormatMCP, []string{"shell"}, `[{"name":"bash","description":"Run a shell command.\nThe workspace is the current directory.","inputSchema":` + bashSchema + `,
-			"annotations":{"readOnlyHint":false,"destructiveHint":true,"openWorldHint":false}}]`},
+			"annotations":{"readOnlyHint":false,"destructiveHint":true,"openWorldHint":false,"idempotentHint":false}}]`},
 		{FormatAnthropic, []string{"echo"}, `[{"name":"echo","description":"Echo a string.",
 			"input_schema":{"type":"object","properties":{"input":{"type":"string","maxLength":20}},"required":["input"]}}]`},
 	}
@@ -124,24 +125,71 @@ func TestMCPOutputSchemaOnlyForObjects(t *testing.T) {
 func TestMCPAnnotations(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		effects                      []Effect
-		readOnly, destructive, world bool
+		effects                                      []Effect
+		idempotent                                   bool
+		readOnly, destructive, world, idempotentHint bool
 	}{
-		{nil, true, false, false},
-		{[]Effect{EffectFileRead}, true, false, false},
-		{[]Effect{EffectFileWrite}, false, true, false},
-		{[]Effect{EffectExec}, false, true, false},
-		{[]Effect{EffectHTTP}, false, false, true},
-		{[]Effect{EffectFileRead, EffectHTTP, EffectExec}, false, true, true},
+		{nil, false, true, false, false, true},
+		{[]Effect{EffectFileRead}, false, true, false, false, true},
+		{[]Effect{EffectFileWrite}, false, false, true, false, false},
+		{[]Effect{EffectExec}, false, false, false, false, false},
+		{[]Effect{EffectExec}, true, false, false, false, true},
+		{[]Effect{EffectHTTP}, false, true, false, true, false},
+		{[]Effect{EffectFileRead, EffectHTTP, EffectExec}, false, false, false, true, false},
+		{[]Effect{EffectExec, EffectFileRead, EffectFileWrite}, false, false, true, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(mustJSON(t, tt.effects), func(t *testing.T) {
 			t.Parallel()
-			a := MCPAnnotations(&Tool{Effects: tt.effects})
-			if a["readOnlyHint"] != tt.readOnly || a["destructiveHint"] != tt.destructive || a["openWorldHint"] != tt.world {
+			a := MCPAnnotations(&Tool{Effects: tt.effects, Idempotent: tt.idempotent})
+			if a["readOnlyHint"] != tt.readOnly || a["destructiveHint"] != tt.destructive ||
+				a["openWorldHint"] != tt.world || a["idempotentHint"] != tt.idempotentHint {
 				t.Errorf("annotations = %v", a)
 			}
 		})
+	}
+}
+
+// TestAnnotationsRoundTrip: the mapping read backwards (Narrow) never
+// takes away an effect the tool has and removes every effect the
+// annotations rule out; it never adds one.
+func TestAnnotationsRoundTrip(t *testing.T) {
+	t.Parallel()
+	subsets := [][]Effect{nil}
+	for _, e := range AllEffects {
+		for _, s := range subsets {
+			subsets = append(subsets, append(slices.Clone(s), e))
+		}
+	}
+	for _, effects := range subsets {
+		got := AnnotationsOf(effects, false).Narrow(AllEffects)
+		for _, e := range effects {
+			if !slices.Contains(got, e) {
+				t.Errorf("%v: Narrow(all) = %v dropped %s", effects, got, e)
+			}
+		}
+		// What survives beyond the tool's own effects is only what the
+		// hints cannot express: file_read, and exec when file_write is there.
+		for _, e := range got {
+			if slices.Contains(effects, e) || e == EffectFileRead {
+				continue
+			}
+			if e == EffectExec && slices.Contains(effects, EffectFileWrite) {
+				continue
+			}
+			t.Errorf("%v: Narrow(all) = %v kept %s", effects, got, e)
+		}
+		if n := AnnotationsOf(effects, false).Narrow(nil); len(n) != 0 {
+			t.Errorf("Narrow(nil) = %v", n)
+		}
+	}
+	no := false
+	a := Annotations{Destructive: &no}
+	if got := a.Narrow([]Effect{EffectHTTP, EffectFileWrite}); !slices.Equal(got, []Effect{EffectHTTP}) {
+		t.Errorf("destructiveHint false: %v", got)
+	}
+	if got := (Annotations{}).Narrow(AllEffects); !slices.Equal(got, AllEffects) {
+		t.Errorf("no hints stated narrowed %v", got)
 	}
 }
 

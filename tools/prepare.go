@@ -34,12 +34,18 @@ const maxStringLayers = 3
 func (r *Registry) Prepare(c Call) (Call, *Tool, map[string]any, error) {
 	r.mu.RLock()
 	e := r.find(c.Name)
+	r.mu.RUnlock()
+	if e == nil && r.onMiss(c.Name) {
+		r.mu.RLock()
+		e = r.find(c.Name)
+		r.mu.RUnlock()
+	}
 	if e == nil {
+		r.mu.RLock()
 		err := r.unknownTool(c.Name)
 		r.mu.RUnlock()
 		return c, nil, nil, err
 	}
-	r.mu.RUnlock()
 
 	t := e.tool
 	c.Name = t.Name

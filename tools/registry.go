@@ -43,6 +43,27 @@ type Registry struct {
 	order   []string          // lower-case names in first-insertion order
 	entries map[string]*entry // by lower-case name
 	aliases map[string]string // lower-case alias → target name
+	// miss, when set, is asked about a name no tool has (SetMissHook).
+	miss func(name string) bool
+}
+
+// SetMissHook installs fn, called (without the registry's lock) when
+// Lookup or Prepare finds no tool of a name: a source that registers
+// tools on demand (a lazy MCP provider, started by the first call of one
+// of its tools) registers it and returns true, and the lookup is tried
+// again. fn must bound its own wait.
+func (r *Registry) SetMissHook(fn func(name string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.miss = fn
+}
+
+// onMiss asks the miss hook about name; r.mu must not be held.
+func (r *Registry) onMiss(name string) bool {
+	r.mu.RLock()
+	fn := r.miss
+	r.mu.RUnlock()
+	return fn != nil && fn(name)
 }
 
 // NewRegistry returns an empty registry with DefaultAliases
@@ -148,6 +169,21 @@ func newEntry(t *Tool) (*entry, error) {
 	return e, nil
 }
 
+// Remove deletes the tool named name (case-insensitively; an alias is not
+// followed) and reports whether there was one. Aliases pointing at it
+// stay and resolve again once a tool of that name is registered.
+func (r *Registry) Remove(name string) bool {
+	key := strings.ToLower(name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.entries[key]; !ok {
+		return false
+	}
+	delete(r.entries, key)
+	r.order = slices.DeleteFunc(r.order, func(k string) bool { return k == key })
+	return true
+}
+
 // AddAlias makes alias resolve to the tool named target (which need not be
 // registered yet). A tool really named alias shadows the alias.
 func (r *Registry) AddAlias(alias, target string) error {
@@ -177,10 +213,16 @@ func (r *Registry) Aliases() map[string]string {
 // Lookup finds a tool by name or alias, case-insensitively. The returned
 // tool is shared: callers must not modify it.
 func (r *Registry) Lookup(name string) (*Tool, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if e := r.find(name); e != nil {
-		return e.tool, true
+	for try := 0; try < 2; try++ {
+		r.mu.RLock()
+		e := r.find(name)
+		r.mu.RUnlock()
+		if e != nil {
+			return e.tool, true
+		}
+		if try == 0 && !r.onMiss(name) {
+			break
+		}
 	}
 	return nil, false
 }

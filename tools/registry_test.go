@@ -331,3 +331,28 @@ func TestZeroRegistry(t *testing.T) {
 		t.Errorf("Merge into zero: %v", z.Names())
 	}
 }
+
+func TestRegistryRemove(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry()
+	for _, n := range []string{"a", "python_repl", "c"} {
+		if err := r.Register(&Tool{Name: n, Run: noopRun}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !r.Remove("Python_Repl") || r.Remove("python_repl") || r.Remove("python") {
+		t.Fatal("Remove")
+	}
+	if _, ok := r.Lookup("python"); ok {
+		t.Error("alias resolves to a removed tool")
+	}
+	if got := r.Names(); len(got) != 2 || got[0] != "a" || got[1] != "c" {
+		t.Errorf("names %v", got)
+	}
+	if err := r.Register(&Tool{Name: "python_repl", Run: noopRun}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Lookup("python"); !ok {
+		t.Error("alias does not resolve once the tool is back")
+	}
+}

@@ -52,7 +52,21 @@ type Tool struct {
 	InputSchema  json.RawMessage `json:"input_schema"`
 	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
 	Effects      []Effect        `json:"effects"`
-	ParallelSafe bool            `json:"parallel_safe"`
+	// ParallelSafe says the tool keeps no state of its own between calls:
+	// all a call shares with another is the sandbox and workspace it runs
+	// with. Outside a session every call gets its own (a fresh sandbox, a
+	// fresh workspace), so calls of such tools in one batch may run at the
+	// same time; in a session they share the session's and run one at a
+	// time, in the session's order. False: calls share state wherever they
+	// run (an MCP provider's long-lived process, a custom tool that says
+	// so), and a batch containing one runs its calls in order. See
+	// ParallelIn.
+	ParallelSafe bool `json:"parallel_safe"`
+	// Idempotent is the operator's word that a second call with the same
+	// arguments does no more than the first: a call whose sandbox died
+	// after it may have started is retried only when this is set or the
+	// tool spends nothing beyond file_read (see RetrySafe).
+	Idempotent bool `json:"idempotent,omitempty"`
 
 	// Run executes the tool in-process (calculator, http_request, file
 	// tools). args has already been validated against InputSchema.
@@ -61,6 +75,43 @@ type Tool struct {
 	// Command builds the process a sandboxed tool (exec effect) runs.
 	// args has already been validated against InputSchema.
 	Command func(args map[string]any) (Command, error) `json:"-"`
+
+	// Available, when set, says whether the tool can be called right now:
+	// nil when it can, else why not (a provider restarting). Such a tool
+	// stays listed (GET /v1/tools shows it unavailable) and its calls get
+	// the reason as their error.
+	Available func() error `json:"-"`
+	// Image is the sandbox image of the tool's one-shot calls ("": the
+	// runner's default); a call in a session runs in the session's.
+	Image string `json:"image,omitempty"`
+	// Limits are the tool's own defaults for its calls' limits (a tool
+	// file's "limits"); zero fields keep the operator's. A call may ask
+	// for others within the operator's ceilings.
+	Limits Limits `json:"limits,omitzero"`
+	// Source names where the tool comes from: "" for a built-in, "file:"
+	// and a path for a tool from the tools directory, "provider:" and a
+	// name for an MCP provider's tool.
+	Source string `json:"source,omitempty"`
+}
+
+// ParallelIn reports whether calls of t in one batch may run at the same
+// time in this context: outside a session (inSession false) when t is
+// ParallelSafe; in a session never, since its calls share the session's
+// sandbox and keep the session's order.
+func (t *Tool) ParallelIn(inSession bool) bool { return t.ParallelSafe && !inSession }
+
+// RetrySafe reports whether a call that may already have started may be
+// run again after an infrastructure failure: the tool spends nothing
+// beyond file_read, or the operator marked it Idempotent. A write, a
+// process or an HTTP request is never silently performed twice.
+func (t *Tool) RetrySafe() bool { return t.Idempotent || retrySafe(t.Effects) }
+
+// Unavailable returns why t cannot be called now, nil when it can.
+func (t *Tool) Unavailable() error {
+	if t.Available == nil {
+		return nil
+	}
+	return t.Available()
 }
 
 // HasEffect reports whether the tool declares e.
@@ -117,6 +168,15 @@ type HTTPOptions struct {
 	Allow func(method, host string, port int) error
 }
 
+// Limits are resource limits of a tool's calls; zero means unset.
+type Limits struct {
+	MemoryBytes int64         `json:"memory_bytes,omitempty"`
+	PIDs        int64         `json:"pids,omitempty"`
+	CPUMillis   int64         `json:"cpu_millis,omitempty"`
+	Timeout     time.Duration `json:"timeout,omitempty"`
+	OutputBytes int64         `json:"output_bytes,omitempty"`
+}
+
 // Command is a process a sandboxed tool asks the job service to run.
 type Command struct {
 	Args  []string `json:"args"`
@@ -128,6 +188,12 @@ type Command struct {
 	// submit and treats it as the call's limits.timeout: up to the
 	// operator's ceiling, else the submit is refused.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// Decode, when set, turns the Result of the finished process
+	// (FromProcess: stdout as content, the exit status as the outcome)
+	// into the tool's: a script answering a JSON object on stdout, a
+	// Python function's return value. It sees a process that ran, whatever
+	// its exit status.
+	Decode func(Result) Result `json:"-"`
 }
 
 // Result is the normalised outcome of a tool call.

@@ -183,6 +183,11 @@ func waitQuery(wait time.Duration) string {
 const maxErrorBody = 4 << 10
 
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	return c.doHeaders(ctx, method, path, body, out, nil)
+}
+
+// doHeaders is do with more request headers (empty values are not sent).
+func (c *Client) doHeaders(ctx context.Context, method, path string, body []byte, out any, headers map[string]string) error {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -195,6 +200,11 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	for k, v := range headers {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}

@@ -29,6 +29,8 @@ type wireLimits struct {
 	OutputBytes   int64 `json:"output_bytes,omitempty"`
 	NoFile        int64 `json:"nofile,omitempty"`
 	FileSizeBytes int64 `json:"file_size_bytes,omitempty"`
+	DiskBytes     int64 `json:"disk_bytes,omitempty"`
+	DiskInodes    int64 `json:"disk_inodes,omitempty"`
 }
 
 func fromLimits(l runner.Limits) wireLimits {
@@ -36,6 +38,7 @@ func fromLimits(l runner.Limits) wireLimits {
 		MemoryBytes: l.MemoryBytes, PIDs: l.PIDs, CPUMillis: l.CPUMillis,
 		TimeoutMS: l.Timeout.Milliseconds(), OutputBytes: l.OutputBytes,
 		NoFile: l.NoFile, FileSizeBytes: l.FileSize,
+		DiskBytes: l.DiskBytes, DiskInodes: l.DiskInodes,
 	}
 }
 
@@ -44,6 +47,7 @@ func (l wireLimits) limits() runner.Limits {
 		MemoryBytes: l.MemoryBytes, PIDs: l.PIDs, CPUMillis: l.CPUMillis,
 		Timeout:     time.Duration(l.TimeoutMS) * time.Millisecond,
 		OutputBytes: l.OutputBytes, NoFile: l.NoFile, FileSize: l.FileSizeBytes,
+		DiskBytes: l.DiskBytes, DiskInodes: l.DiskInodes,
 	}
 }
 

@@ -43,6 +43,7 @@ type serveFunc func(ctx context.Context, cfg *config.Config, log *slog.Logger) e
 
 // env is the process environment the CLI reads; tests replace it.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	euid           int
@@ -50,7 +51,7 @@ type env struct {
 }
 
 func osEnv(serve serveFunc) env {
-	return env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, euid: os.Geteuid(), serve: serve}
+	return env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, euid: os.Geteuid(), serve: serve}
 }
 
 const usage = `sandboxd runs the tool calls of LLM agents in sandboxes.
@@ -59,6 +60,7 @@ Usage:
   sandboxd serve [--addr HOST:PORT] [--metrics-addr HOST:PORT] [--data-dir DIR] [--config FILE] [--log-level LEVEL]
   sandboxd run TOOL [--json '{...}'] [--code C] [--command C] [--expression E] [--path P]
                     [--arg KEY=VALUE]... [--wait DURATION] [--output text|json] [--session ID]
+  sandboxd turn [--session ID] [--wait DURATION] [--output messages|json] [FILE]   (FILE or stdin: one model turn)
   sandboxd tools [--format openai|anthropic|mcp|json]
   sandboxd session create [--image I] [--effects exec,file_read,file_write] [--ttl 1h] [--idle 10m]
   sandboxd session list
@@ -68,7 +70,7 @@ Usage:
   sandboxd version
   sandboxd help [COMMAND]
 
-Client commands (run, tools, session, files) talk to the server at --url (default
+Client commands (run, turn, tools, session, files) talk to the server at --url (default
 $SANDBOXD_URL, else http://127.0.0.1:8080) with --api-key (default
 $SANDBOXD_API_KEY).
 
@@ -119,6 +121,8 @@ func cli(ctx context.Context, args []string, e env) int {
 		return cmdServe(ctx, rest, e)
 	case "run":
 		return cmdRun(ctx, rest, e)
+	case "turn":
+		return cmdTurn(ctx, rest, e, e.stdin)
 	case "tools":
 		return cmdTools(ctx, rest, e)
 	case "session", "sessions":

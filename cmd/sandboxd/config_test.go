@@ -207,6 +207,8 @@ func TestConfigErrors(t *testing.T) {
 			want: []string{`limits.defaults.timeout "2m0s" is above limits.ceilings.timeout "1m0s"`}},
 		{name: "default above built-in ceiling", yaml: "limits: {defaults: {memory_bytes: 8589934592}}\n",
 			want: []string{"limits.defaults.memory_bytes 8589934592 is above limits.ceilings.memory_bytes 4294967296"}},
+		{name: "disk limits below the minimum", yaml: "limits: {defaults: {disk_inodes: 100}, ceilings: {disk_bytes: 1048576}}\n",
+			want: []string{"limits.ceilings.disk_bytes 1048576 is below the minimum of 16777216", "limits.defaults.disk_inodes 100 is below the minimum of 128"}},
 		{name: "zero workers", yaml: "queue: {workers: 0}\n", want: []string{"queue.workers 0"}},
 		{name: "zero max wait", yaml: "api: {max_wait: 0}\n", want: []string{"api.max_wait"}},
 		{name: "several problems", yaml: "queue: {size: -1, workers: -2}\n", want: []string{"queue.size -1", "queue.workers -2"}},

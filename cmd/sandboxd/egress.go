@@ -20,11 +20,16 @@ type egressProvider struct {
 	policies map[string]*policy.EgressPolicy
 }
 
-func newEgressProvider(p *egress.Proxy, policies map[string]policy.TenantPolicy) *egressProvider {
+func newEgressProvider(p *egress.Proxy, policies map[string]policy.TenantPolicy, scopes map[string]policy.EgressPolicy) *egressProvider {
 	e := &egressProvider{proxy: p, policies: map[string]*policy.EgressPolicy{}}
 	for t, tp := range policies {
 		eg := tp.Egress
 		e.policies[t] = &eg
+	}
+	// Tool providers' sandboxes pass their own allowlists (scopes
+	// "provider:<name>"; a tenant cannot be named so).
+	for scope, eg := range scopes {
+		e.policies[scope] = &eg
 	}
 	return e
 }

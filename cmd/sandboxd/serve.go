@@ -13,17 +13,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/history"
 	"github.com/sandboxd/sandboxd/internal/netclass"
+	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/store"
 	"github.com/sandboxd/sandboxd/tools"
 	"github.com/sandboxd/sandboxd/tools/builtin"
+	"github.com/sandboxd/sandboxd/tools/custom"
+	"github.com/sandboxd/sandboxd/tools/provider"
 )
 
 var (
@@ -60,6 +64,17 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	lim := cfg.Limits.Effective()
 	reg := tools.NewRegistry()
 	if err := builtin.Register(reg, builtin.Options{DefaultExecTimeout: lim.Defaults.Timeout, MaxExecTimeout: lim.Ceilings.Timeout}); err != nil {
+		return err
+	}
+	// Every sandbox's workspace is its own filesystem (limits.disk_bytes,
+	// disk_inodes); a daemon that cannot make them does not start.
+	workspaces, err := workspace.New(workspace.Options{Root: filepath.Join(dataDir, "workspaces"),
+		Logger: log.With("component", "workspace")})
+	if err != nil {
+		return err
+	}
+	warnDiskOvercommit(log, dataDir, cfg.Pool.MaxSandboxes, lim.Defaults.DiskBytes)
+	if err := markIdempotent(reg, cfg.Tools.Idempotent); err != nil {
 		return err
 	}
 	// The job service resolves every limit of every sandbox it asks for
@@ -100,8 +115,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Images:      cfg.TenantImages(),
 		Guard:       guard,
 		Policies:    policies,
-		Egress:      newEgressProvider(proxy, policies),
-		WorkDir:     filepath.Join(dataDir, "workspaces"),
+		Egress:      newEgressProvider(proxy, policies, cfg.ProviderEgress()),
+		Workspaces:  workspaces,
 		RunnerName:  cfg.Runner.Name,
 		Logger:      log.With("component", "job"),
 		Metrics:     job.NewMetrics(promReg),
@@ -112,13 +127,35 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		CallbackSecrets: cfg.CallbackSecrets(),
 		CallbackPrivate: cfg.CallbackPrefixes(),
 		CallbackBody:    api.CallbackBody,
+		Turns:           cfg.Turns,
 	}, st, reg, r)
 	if err != nil {
 		return err
 	}
+	// Tools without Go code load before Start, so that their sandboxed
+	// tools get warm pool sandboxes like the built-ins.
+	sources := &toolSources{}
+	if cfg.ToolsDir != "" {
+		sources.dir = custom.NewDirectory(custom.Options{Dir: cfg.ToolsDir, Registry: reg, Replace: cfg.Tools.ReplaceBuiltins,
+			Sandbox: svc, Logger: log.With("component", "tools")})
+		if _, err := sources.dir.Reload(ctx); err != nil {
+			return err
+		}
+	}
+	reloadOnHUP(ctx, sources.dir, log)
+	sources.prov, err = provider.NewManager(providerConfigs(cfg), provider.Options{Registry: reg,
+		Launcher: launcher{svc: svc, log: log.With("component", "provider")}, Protected: protected,
+		Logger: log.With("component", "provider"), Version: versionString()})
+	if err != nil {
+		return err
+	}
+	defer sources.prov.Stop() // before the runner closes
+	promReg.MustRegister(sources.prov.Collector())
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
+	sources.prov.Start()
+	turns := job.NewTurns(svc, job.TurnConfig{})
 
 	// The console's overview charts: this process's metrics, sampled
 	// into bounded rings in memory (internal/history).
@@ -136,6 +173,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Registerer:   promReg,
 		Logger:       log.With("component", "api"),
 		Version:      versionString(),
+		Turns:        turns,
+		Tools:        sources,
 	})
 	stopMetrics, err := serveMetrics(ctx, cfg.MetricsAddr, promReg, protected, log.With("component", "metrics"))
 	if err != nil {
@@ -144,6 +183,23 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer stopMetrics()
 	return listenAndServe(ctx, cfg, log, handler, svc, protected)
+}
+
+// warnDiskOvercommit logs when the data directory's filesystem has less
+// room than every sandbox filling a workspace of the default size: the
+// images are sparse (a workspace takes what is written to it), so the
+// bound of one sandbox holds, but all of them together could fill the
+// disk first.
+func warnDiskOvercommit(log *slog.Logger, dataDir string, sandboxes int, diskBytes int64) {
+	var st unix.Statfs_t
+	if unix.Statfs(dataDir, &st) != nil {
+		return
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if all := int64(sandboxes) * diskBytes; all > free {
+		log.Warn("the workspaces of pool.max_sandboxes sandboxes at limits.defaults.disk_bytes could take more than the data directory's free space",
+			"max_sandboxes", sandboxes, "disk_bytes", diskBytes, "total", all, "free", free)
+	}
 }
 
 // shutdowner is the part of the job service the shutdown sequence needs.

@@ -39,15 +39,16 @@ func buildSpec(in specInput) *specs.Spec {
 	if in.GVisor {
 		seccomp = iso.SeccompGVisor
 	}
-	tmp := fmt.Sprintf("size=%d", in.TmpBytes)
+	size, inodes := l.Tmpfs(in.TmpBytes) // /tmp and /dev/shm
+	tmp, tmpInodes := fmt.Sprintf("size=%d", size), fmt.Sprintf("nr_inodes=%d", inodes)
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
-		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", tmp}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", tmp, tmpInodes}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmp}},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmp, tmpInodes}},
 		// Root-owned and read-only to the sandbox user: it only holds
 		// the mount points of the agent and its dir, which runc cannot
 		// create in the read-only root.

@@ -13,6 +13,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/agent"
 	"github.com/sandboxd/sandboxd/runner"
@@ -144,17 +145,22 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 	}
 	if iso.Workspace != runner.WorkspaceNone {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: spec.Workspace, Target: runner.WorkspaceDir,
-			ReadOnly: iso.Workspace == runner.WorkspaceReadOnly, BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
+			ReadOnly:    iso.Workspace == runner.WorkspaceReadOnly && !readOnlyMount(spec.Workspace),
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
 	}
-	tmp := fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", r.cfg.TmpBytes)
+	// /tmp and /dev/shm: size= and nr_inodes= (runner.Limits.Tmpfs).
+	// /dev/shm is a tmpfs mount of ours, not Docker's (ShmSize has no
+	// inode bound); Docker makes none when one is given.
+	size, inodes := l.Tmpfs(r.cfg.TmpBytes)
+	tmp := fmt.Sprintf("rw,nosuid,nodev,size=%d,nr_inodes=%d,mode=1777", size, inodes)
+	shm := fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,nr_inodes=%d,mode=1777", size, inodes)
 	noInit := false
 	pids := l.PIDs
 	hc := &container.HostConfig{
 		NetworkMode:    "none", // NetworkEgress too: the only way out is the egress socket
 		IpcMode:        "private",
 		Mounts:         mounts,
-		Tmpfs:          map[string]string{"/tmp": tmp},
-		ShmSize:        r.cfg.TmpBytes,
+		Tmpfs:          map[string]string{"/tmp": tmp, "/dev/shm": shm},
 		ReadonlyRootfs: true,
 		CapAdd:         hostside.AgentCapabilities(), // the agent's; ALL others dropped
 		CapDrop:        []string{"ALL"},
@@ -179,6 +185,16 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 	}
 	r.applyGVisor(hc, l)
 	return cfg, hc, nil
+}
+
+// readOnlyMount reports whether dir is on a read-only mount (the
+// job service's read-only view of a workspace: ro,nosuid,nodev on the
+// host). Docker's bind of it must not ask for "ro" itself: runc (1.1)
+// applies that with a remount that sets exactly ro, dropping the
+// nosuid,nodev the bind would otherwise inherit.
+func readOnlyMount(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Flags&unix.ST_RDONLY != 0
 }
 
 // logsTail returns the last lines the container wrote, for error messages.

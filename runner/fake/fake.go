@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -235,9 +236,19 @@ func (s *Sandbox) run(ctx context.Context, p runner.Process) (runner.Result, err
 		finish(&res)
 		return res, nil
 	}
+	stdin := p.Stdin
+	if p.LongLived && stdin != nil { // a stream that may never end: our own pipe
+		r, w, err := os.Pipe()
+		if err != nil {
+			return runner.Result{}, fmt.Errorf("exec: %w", err)
+		}
+		go func() { _, _ = io.Copy(w, p.Stdin); w.Close() }()
+		defer r.Close()
+		stdin = r
+	}
 	cmd := &exec.Cmd{
 		Path: path, Args: p.Args, Env: env, Dir: dir,
-		Stdin: p.Stdin, Stdout: stdout, Stderr: stderr,
+		Stdin: stdin, Stdout: stdout, Stderr: stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 		WaitDelay:   time.Second,
 	}
@@ -253,8 +264,12 @@ func (s *Sandbox) run(ctx context.Context, p runner.Process) (runner.Result, err
 	go func() {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
+		expire := t.C
+		if p.LongLived {
+			expire = nil
+		}
 		select {
-		case <-t.C:
+		case <-expire:
 			timedOut.Store(true)
 		case <-ctx.Done():
 			cancelled.Store(true)

@@ -150,10 +150,12 @@ func (s *Sandbox) start(ctx context.Context, rootfs string, filter []byte) error
 	ctx, cancel := context.WithTimeoutCause(ctx, agentTimeout, errors.New("sandbox start timeout"))
 	defer cancel()
 	iso := s.spec.Isolation
+	tmpBytes, tmpInodes := s.limits.Tmpfs(s.r.cfg.TmpBytes)
 	cfg := launch.Config{
 		Root:      filepath.Join(s.stateDir, "root"),
 		Rootfs:    rootfs,
-		TmpBytes:  s.r.cfg.TmpBytes,
+		TmpBytes:  tmpBytes,
+		TmpInodes: tmpInodes,
 		AgentPath: s.r.cfg.AgentPath,
 		RunDir:    s.runDir(),
 		Args:      hostside.AgentCommand(iso.Network == runner.NetworkEgress),

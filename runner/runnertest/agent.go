@@ -25,8 +25,15 @@ import (
 // GVisorKnownLeaks are what gVisor's kernel (the Sentry) lets the code see
 // of pid 1 whatever the runner does; Factory.KnownLeaks of runsc backends.
 var GVisorKnownLeaks = map[string]string{
-	"list /proc/1/fdinfo": "gVisor's procfs lets any task list and read another's fdinfo: fd numbers, positions and open flags, not what the fds are (the fd directory and its links stay closed)",
+	"list /proc/1/fdinfo":   "gVisor's procfs lets any task list and read another's fdinfo: fd numbers, positions and open flags, not what the fds are (the fd directory and its links stay closed)",
+	"workspace lacks nodev": "gVisor's VFS has no nodev (runsc drops the option); a device node in the workspace opens only the Sentry's own emulation of that device number, never a host device (the host mount is nodev too)",
+	"open a 1:3 node":       "a 1:3 node in the workspace opens the Sentry's own /dev/null (gVisor emulates devices by number and opens no host device: 1:1 is ENXIO)",
+	LeakTmpfsInodes:         "runsc passes only mode, size, uid and gid to its tmpfs mounts: nr_inodes is dropped, so the files in /tmp and /dev/shm are bounded by the sandbox's memory limit (each is Sentry memory in its cgroup: past it the sandbox is OOM-killed), not by disk_inodes",
 }
+
+// LeakTmpfsInodes names, in Factory.KnownLeaks, a backend whose /tmp and
+// /dev/shm ignore Limits.DiskInodes.
+const LeakTmpfsInodes = "tmpfs nr_inodes"
 
 // attackPrelude defines attempt(name, fn): it prints "name: denied ERRNO"
 // when fn raises OSError and "name: ALLOWED result" otherwise. c(r)

@@ -3,6 +3,7 @@ package runnertest
 import (
 	"errors"
 	"fmt"
+	wsfs "github.com/sandboxd/sandboxd/internal/workspace"
 	"net"
 	"os"
 	"path/filepath"
@@ -59,7 +60,8 @@ func (s *suite) testWorkspacePersists(t *testing.T) {
 }
 
 func (s *suite) testWorkspaceRO(t *testing.T) {
-	ws := workspace(t)
+	// As the job service does: the sandbox mounts the read-only view.
+	ws, view := workspaceOf(t, wsfs.Limits{}, true)
 	if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("ro data"), 0o666); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func (s *suite) testWorkspaceRO(t *testing.T) {
 	if err := os.Chmod(filepath.Join(ws, "in.txt"), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	sb := s.sandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)})
+	sb := s.sandbox(t, runner.SandboxSpec{Workspace: view, Isolation: Isolation(runner.WorkspaceReadOnly, runner.NetworkNone)})
 	res := s.sh(t, sb, "cat in.txt")
 	mustOK(t, res)
 	if string(res.Stdout) != "ro data" {

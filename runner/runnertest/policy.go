@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	wsfs "github.com/sandboxd/sandboxd/internal/workspace"
 	"net"
 	"os"
 	"path/filepath"
@@ -69,14 +70,16 @@ print(" ".join(out))`
 			} else {
 				s.need(t, s.caps.Seccomp, "socket family filtering (seccomp)")
 			}
-			ws := workspace(t)
+			// As the job service does: a read-only sandbox mounts the
+			// workspace's read-only view.
+			ws, view := workspaceOf(t, wsfs.Limits{}, iso.Workspace == runner.WorkspaceReadOnly)
 			if err := os.Chmod(ws, 0o777); err != nil { // only the mode may stop writes
 				t.Fatal(err)
 			}
 			if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("host"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			spec := runner.SandboxSpec{Workspace: ws, Isolation: iso}
+			spec := runner.SandboxSpec{Workspace: view, Isolation: iso}
 			if iso.Network == runner.NetworkEgress {
 				spec.Egress = refuseEgress{}
 			}

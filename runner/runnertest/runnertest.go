@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,6 +70,7 @@ func Run(t *testing.T, f Factory) {
 	}{
 		{"Echo", s.testEcho},
 		{"Stdin", s.testStdin},
+		{"LongLived", s.testLongLived},
 		{"EnvExact", s.testEnv},
 		{"Threads", s.testThreads},
 		{"ExitCodes", s.testExitCodes},
@@ -84,6 +84,8 @@ func Run(t *testing.T, f Factory) {
 		{"WorkspacePersists", s.testWorkspacePersists},
 		{"WorkspaceReadOnly", s.testWorkspaceRO},
 		{"WorkspaceNone", s.testWorkspaceNone},
+		{"WorkspaceMountFlags", s.testWorkspaceMountFlags},
+		{"DiskLimits", s.testDiskLimits},
 		{"ReadOnlyRoot", s.testReadOnlyRoot},
 		{"HostPathsHidden", s.testHostHidden},
 		{"NoWriteOutsideWorkspace", s.testWriteOutside},
@@ -192,17 +194,6 @@ func (s *suite) checkLeftovers(t *testing.T, id string) {
 	if left := s.f.Leftovers(id); len(left) > 0 {
 		t.Errorf("sandbox %s left behind after Close: %v", id, left)
 	}
-}
-
-// workspace returns a fresh host directory for a sandbox workspace.
-func workspace(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	// The sandbox user may be unprivileged: let it traverse the parents.
-	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 func (s *suite) exec(t *testing.T, sb runner.Sandbox, p runner.Process) runner.Result {

@@ -24,20 +24,22 @@ func toolByName(t *testing.T, name string) *tools.Tool {
 
 func TestToolsContract(t *testing.T) {
 	t.Parallel()
+	// parallel: the tool keeps no state of its own, so outside a session
+	// (a fresh sandbox and workspace per call) its calls may run at once.
 	want := map[string]struct {
 		effects  []tools.Effect
 		parallel bool
 		command  bool
 	}{
-		"python_repl":  {[]tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite}, false, true},
-		"bash":         {[]tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite}, false, true},
+		"python_repl":  {[]tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite}, true, true},
+		"bash":         {[]tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite}, true, true},
 		"read_file":    {[]tools.Effect{tools.EffectFileRead}, true, false},
-		"write_file":   {[]tools.Effect{tools.EffectFileWrite}, false, false},
+		"write_file":   {[]tools.Effect{tools.EffectFileWrite}, true, false},
 		"list_dir":     {[]tools.Effect{tools.EffectFileRead}, true, false},
 		"glob_search":  {[]tools.Effect{tools.EffectFileRead}, true, false},
 		"grep_search":  {[]tools.Effect{tools.EffectFileRead}, true, false},
 		"file_info":    {[]tools.Effect{tools.EffectFileRead}, true, false},
-		"str_replace":  {[]tools.Effect{tools.EffectFileRead, tools.EffectFileWrite}, false, false},
+		"str_replace":  {[]tools.Effect{tools.EffectFileRead, tools.EffectFileWrite}, true, false},
 		"calculator":   {nil, true, false},
 		"http_request": {[]tools.Effect{tools.EffectHTTP}, true, false},
 	}

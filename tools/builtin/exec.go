@@ -135,7 +135,7 @@ func pythonTool(o Options) *tools.Tool {
 			"timeout_seconds": timeoutProp(o),
 		}, "code"),
 		Effects:      []tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite},
-		ParallelSafe: false,
+		ParallelSafe: true,
 		Command: func(args map[string]any) (tools.Command, error) {
 			code, ok := args["code"].(string)
 			if !ok || code == "" {
@@ -170,7 +170,7 @@ func bashTool(o Options) *tools.Tool {
 			"timeout_seconds": timeoutProp(o),
 		}, "command"),
 		Effects:      []tools.Effect{tools.EffectExec, tools.EffectFileRead, tools.EffectFileWrite},
-		ParallelSafe: false,
+		ParallelSafe: true,
 		Command: func(args map[string]any) (tools.Command, error) {
 			cmd, ok := args["command"].(string)
 			if !ok || cmd == "" {

@@ -27,7 +27,7 @@ func writeFileTool(o Options) *tools.Tool {
 			"create_dirs": map[string]any{"type": "boolean", "description": "Create missing parent directories. Default true."},
 		}, "path", "content"),
 		Effects:      []tools.Effect{tools.EffectFileWrite},
-		ParallelSafe: false,
+		ParallelSafe: true,
 		Run: func(ctx context.Context, env tools.Env, args map[string]any) (tools.Result, error) {
 			return runWriteFile(ctx, env, o, args), nil
 		},
@@ -103,7 +103,7 @@ func strReplaceTool(o Options) *tools.Tool {
 			"replace_all": map[string]any{"type": "boolean", "description": "Replace every occurrence instead of requiring exactly one. Default false."},
 		}, "path", "old_string", "new_string"),
 		Effects:      []tools.Effect{tools.EffectFileRead, tools.EffectFileWrite},
-		ParallelSafe: false,
+		ParallelSafe: true,
 		Run: func(ctx context.Context, env tools.Env, args map[string]any) (tools.Result, error) {
 			return runStrReplace(ctx, env, o, args), nil
 		},

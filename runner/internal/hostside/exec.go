@@ -34,7 +34,9 @@ func ExecRequest(p runner.Process, limits runner.Limits, mode runner.WorkspaceMo
 		Timeout:     p.Timeout,
 		OutputLimit: limits.OutputBytes,
 	}
-	if req.Timeout == 0 {
+	if p.LongLived { // no wall-clock limit; stdin streamed as it arrives
+		req.LongLived, req.Timeout, req.StdinStream = true, 0, p.Stdin
+	} else if req.Timeout == 0 {
 		req.Timeout = limits.Timeout
 	}
 	if req.Env == nil {
@@ -46,7 +48,7 @@ func ExecRequest(p runner.Process, limits runner.Limits, mode runner.WorkspaceMo
 			req.Dir = runner.WorkspaceDir
 		}
 	}
-	if p.Stdin != nil {
+	if p.Stdin != nil && !p.LongLived {
 		b, err := io.ReadAll(io.LimitReader(p.Stdin, MaxStdin+1))
 		if err != nil {
 			return agent.ExecRequest{}, nil, fmt.Errorf("exec: read stdin: %w", err)

@@ -13,6 +13,7 @@ func ValidLimits(l runner.Limits) error {
 	for name, v := range map[string]int64{
 		"memory_bytes": l.MemoryBytes, "pids": l.PIDs, "cpu_millis": l.CPUMillis,
 		"timeout": int64(l.Timeout), "output_bytes": l.OutputBytes, "nofile": l.NoFile, "file_size_bytes": l.FileSize,
+		"disk_bytes": l.DiskBytes, "disk_inodes": l.DiskInodes,
 	} {
 		if v < 0 {
 			return fmt.Errorf("limit %s = %d is negative", name, v)
@@ -41,6 +42,8 @@ func MergeLimits(l, def runner.Limits) runner.Limits {
 		OutputBytes: pick(l.OutputBytes, def.OutputBytes),
 		NoFile:      pick(l.NoFile, def.NoFile),
 		FileSize:    pick(l.FileSize, def.FileSize),
+		DiskBytes:   pick(l.DiskBytes, def.DiskBytes),
+		DiskInodes:  pick(l.DiskInodes, def.DiskInodes),
 	}
 }
 

@@ -54,8 +54,10 @@ type Config struct {
 	// WorkspaceMode ("" = not shown).
 	Workspace     string `json:"workspace,omitempty"`
 	WorkspaceMode string `json:"workspace_mode,omitempty"`
-	// TmpBytes sizes the /tmp and /dev/shm tmpfs.
-	TmpBytes int64 `json:"tmp_bytes"`
+	// TmpBytes and TmpInodes size the /tmp and /dev/shm tmpfs (size=,
+	// nr_inodes=: runner.Limits.Tmpfs).
+	TmpBytes  int64 `json:"tmp_bytes"`
+	TmpInodes int64 `json:"tmp_inodes"`
 	// AgentPath is the host path of the agent binary, bound read-only at
 	// AgentBinary; RunDir the host directory bound at AgentDir (the
 	// runner's, mode 0700: the agent's socket lives there).

@@ -94,7 +94,7 @@ func buildRoot(cfg *Config) error {
 			return fmt.Errorf("remount workspace: %w", err)
 		}
 	}
-	tmpOpts := "mode=1777,size=" + strconv.FormatInt(cfg.TmpBytes, 10)
+	tmpOpts := "mode=1777,size=" + strconv.FormatInt(cfg.TmpBytes, 10) + ",nr_inodes=" + strconv.FormatInt(cfg.TmpInodes, 10)
 	if err := unix.Mount("tmpfs", filepath.Join(root, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
 		return fmt.Errorf("mount /tmp: %w", err)
 	}
