@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,17 @@ type batchView struct {
 	CreatedAt time.Time      `json:"created_at"`
 	Finished  *time.Time     `json:"finished_at,omitempty"`
 	Note      string         `json:"note,omitempty"`
+	// Callback is the completion webhook and its delivery attempts.
+	Callback *job.Callback `json:"callback,omitempty"`
+}
+
+// TurnCallbackBody is the body of a turn's completion callback: the batch
+// as GET /v1/tool-calls/{id} answers it (job.Config.TurnCallbackBody).
+func TurnCallbackBody(b *job.Batch) ([]byte, error) {
+	return json.Marshal(struct {
+		Type  string     `json:"type"`
+		Batch *batchView `json:"batch"`
+	}{"turn.finished", viewBatch(b)})
 }
 
 type callView struct {
@@ -71,7 +83,7 @@ func viewBatch(b *job.Batch) *batchView {
 	v := &batchView{
 		ID: b.ID, State: b.State, Dialect: b.Dialect, Mode: b.Mode, SessionID: b.SessionID,
 		Calls: make([]callView, len(b.Calls)), Effects: map[string]int{},
-		CreatedAt: b.CreatedAt, Finished: b.FinishedAt,
+		CreatedAt: b.CreatedAt, Finished: b.FinishedAt, Callback: b.Callback,
 	}
 	for i, c := range b.Calls {
 		v.Calls[i] = callView{CallRecord: c, Content: c.Answer, IsError: c.IsError}
@@ -136,13 +148,22 @@ func (rs *turnsResource) submit(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, badRequest(fmt.Sprintf("Idempotency-Key is longer than %d bytes", maxIdempotencyKeyLen)))
 		return
 	}
+	callback := q.Get("callback_url")
+	if callback != "" && turn.CallbackURL != "" && callback != turn.CallbackURL {
+		rs.writeError(w, r, badRequest("callback_url in the query and in the body differ"))
+		return
+	}
+	if len(callback) > 2048 || len(turn.CallbackURL) > 2048 || !printable(callback) || !printable(turn.CallbackURL) {
+		rs.writeError(w, r, badRequest("callback_url must be printable and at most 2048 bytes"))
+		return
+	}
 	session := q.Get("session_id")
 	if session != "" && turn.SessionID != "" && session != turn.SessionID {
 		rs.writeError(w, r, badRequest(fmt.Sprintf("session_id %q in the query and %q in the body differ", session, turn.SessionID)))
 		return
 	}
 	tenant := tenantFrom(r.Context())
-	b, err := rs.ts.Submit(r.Context(), tenant, job.TurnRequest{Turn: turn, SessionID: session, IdempotencyKey: key})
+	b, err := rs.ts.Submit(r.Context(), tenant, job.TurnRequest{Turn: turn, SessionID: session, CallbackURL: callback, IdempotencyKey: key})
 	if err != nil {
 		rs.writeError(w, r, err)
 		return

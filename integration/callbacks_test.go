@@ -247,6 +247,63 @@ callbacks:
 		}
 	})
 
+	// A model turn (POST /v1/tool-calls) with a callback_url: the batch
+	// as GET /v1/tool-calls/{id} answers it, once every call is answered.
+	t.Run("Turn", func(t *testing.T) {
+		turn := func(url string) map[string]any {
+			return map[string]any{"role": "assistant", "callback_url": url, "tool_calls": []any{
+				map[string]any{"id": "call_a", "type": "function", "function": map[string]any{"name": "calculator", "arguments": `{"expression":"6*7"}`}},
+				map[string]any{"id": "call_b", "type": "function", "function": map[string]any{"name": "calculator", "arguments": `{"expression":"1+1"}`}},
+			}}
+		}
+		var b struct {
+			ID       string        `json:"id"`
+			State    string        `json:"state"`
+			Callback *callbackView `json:"callback"`
+		}
+		resp, data := s.do("POST", "/v1/tool-calls", "key-alice", turn(rc.srv.URL+"/turn"), &b)
+		if resp.StatusCode != 200 || b.State != "completed" {
+			t.Fatalf("turn: %d %s", resp.StatusCode, data)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for b.Callback == nil || b.Callback.State == "pending" {
+			if time.Now().After(deadline) {
+				t.Fatalf("turn callback still pending: %s", data)
+			}
+			time.Sleep(50 * time.Millisecond)
+			resp, data = s.do("GET", "/v1/tool-calls/"+b.ID, "key-alice", nil, &b)
+		}
+		if b.Callback.State != "delivered" || len(b.Callback.Attempts) != 1 || b.Callback.Attempts[0].Status != 204 {
+			t.Fatalf("turn callback %+v", b.Callback)
+		}
+		ds := rc.deliveries("/turn")
+		if len(ds) != 1 || ds[0].event != "turn.finished" {
+			t.Fatalf("turn deliveries %+v", ds)
+		}
+		if err := ds[0].verify("secret-alice"); err != nil {
+			t.Error(err)
+		}
+		var body struct {
+			Type  string `json:"type"`
+			Batch struct {
+				ID       string `json:"id"`
+				State    string `json:"state"`
+				Messages []struct {
+					Role       string `json:"role"`
+					ToolCallID string `json:"tool_call_id"`
+					Content    string `json:"content"`
+				} `json:"messages"`
+			} `json:"batch"`
+		}
+		if err := json.Unmarshal(ds[0].body, &body); err != nil || body.Type != "turn.finished" || body.Batch.ID != b.ID ||
+			body.Batch.State != "completed" || len(body.Batch.Messages) != 2 || strings.TrimSpace(body.Batch.Messages[0].Content) != "42" {
+			t.Errorf("turn callback body %s (%v)", ds[0].body, err)
+		}
+		if resp, data := s.do("POST", "/v1/tool-calls", "key-alice", turn("http://10.0.0.1/x"), nil); resp.StatusCode != 400 {
+			t.Errorf("a turn aimed at a private address: %d %s, want 400", resp.StatusCode, data)
+		}
+	})
+
 	t.Run("RefusedTargets", func(t *testing.T) {
 		_, port, _ := net.SplitHostPort(rc.host)
 		before := rc.total()

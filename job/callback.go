@@ -16,7 +16,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/netclass"
 )
 
-// Completion callbacks: a job submitted with a callback URL is POSTed its
+// Completion callbacks: a job (or a turn: Turns.Submit, the event
+// "turn.finished" and the batch as GET /v1/tool-calls/{id} answers it,
+// attempts kept with the batch in memory) submitted with a callback URL is
+// POSTed its
 // final record when it ends (whatever the end: succeeded, failed, refused by
 // the guard, cancelled, lost in a restart found at Start is not: see
 // Callback), signed like the approval webhook:
@@ -139,39 +142,44 @@ func (s *Service) startCallback(j *Job) {
 		s.log.Error("encode callback", "job", j.ID, "err", err)
 		return
 	}
-	secret := []byte(s.cfg.CallbackSecrets[j.Tenant])
 	j = cloneJob(j)
-	s.hooks.Go(func() { s.deliverCallback(j, secret, body) })
+	s.hooks.Go(func() {
+		s.deliverCallback(j.Tenant, j.ID, j.Callback, "job.finished", body, func(*Callback) { s.recordCallback(j) })
+	})
 }
 
-func (s *Service) deliverCallback(j *Job, secret, body []byte) {
+// deliverCallback delivers body to cb.URL, signed with the tenant's
+// secret, retrying with backoff; after every attempt cb holds it and
+// save records cb (what delivers a job's stores it with the job; a
+// batch's keeps it in the batch).
+func (s *Service) deliverCallback(tenant, what string, cb *Callback, event string, body []byte, save func(*Callback)) {
+	secret := []byte(s.cfg.CallbackSecrets[tenant])
 	backoff := s.cfg.Callbacks.Backoff
-	cb := j.Callback
-	for attempt := 1; ; attempt++ {
+	for attempt := len(cb.Attempts) + 1; ; attempt++ {
 		start := time.Now()
-		status, err := s.postCallback(cb.URL, secret, body)
+		status, err := s.postCallback(cb.URL, event, secret, body)
 		a := CallbackAttempt{At: start.UTC(), DurationMS: time.Since(start).Milliseconds(), Status: status}
 		var refused *netclass.Refusal
 		switch {
 		case err == nil:
 			cb.State = CallbackDelivered
-			s.m.callbacks.WithLabelValues(j.Tenant, "delivered").Inc()
+			s.m.callbacks.WithLabelValues(tenant, "delivered").Inc()
 		case errors.As(err, &refused):
 			a.Error = "refused: " + refused.Error()
 			cb.State = CallbackFailed
-			s.m.callbacks.WithLabelValues(j.Tenant, "refused").Inc()
+			s.m.callbacks.WithLabelValues(tenant, "refused").Inc()
 		default:
 			a.Error = err.Error()
-			s.m.callbacks.WithLabelValues(j.Tenant, "failed").Inc()
+			s.m.callbacks.WithLabelValues(tenant, "failed").Inc()
 			if attempt >= s.cfg.Callbacks.Attempts {
 				cb.State = CallbackFailed
 			}
 		}
 		cb.Attempts = append(cb.Attempts, a)
-		s.recordCallback(j)
+		save(cb)
 		if cb.State != CallbackPending {
 			if cb.State == CallbackFailed {
-				s.log.Warn("callback failed", "job", j.ID, "attempts", attempt, "err", a.Error)
+				s.log.Warn("callback failed", "of", what, "attempts", attempt, "err", a.Error)
 			}
 			return
 		}
@@ -195,7 +203,7 @@ func (s *Service) recordCallback(j *Job) {
 }
 
 // postCallback makes one delivery; status is the answer's, 0 without one.
-func (s *Service) postCallback(u string, secret, body []byte) (int, error) {
+func (s *Service) postCallback(u, event string, secret, body []byte) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Callbacks.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
@@ -205,7 +213,7 @@ func (s *Service) postCallback(u string, secret, body []byte) (int, error) {
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "sandboxd-callback")
-	req.Header.Set("X-Sandboxd-Event", "job.finished")
+	req.Header.Set("X-Sandboxd-Event", event)
 	req.Header.Set("X-Sandboxd-Timestamp", ts)
 	req.Header.Set("X-Sandboxd-Signature", WebhookSignature(secret, ts, body))
 	resp, err := s.cfg.CallbackClient.Do(req)
@@ -222,6 +230,16 @@ func (s *Service) postCallback(u string, secret, body []byte) (int, error) {
 		return resp.StatusCode, fmt.Errorf("the receiver answered %s", resp.Status)
 	}
 	return resp.StatusCode, nil
+}
+
+// DefaultTurnCallbackBody encodes a finished batch's callback body with
+// the batch as this package marshals it; the daemon sets
+// Config.TurnCallbackBody to the API's shape (the next turn's messages).
+func DefaultTurnCallbackBody(b *Batch) ([]byte, error) {
+	return json.Marshal(struct {
+		Type  string `json:"type"`
+		Batch *Batch `json:"batch"`
+	}{"turn.finished", b})
 }
 
 // DefaultCallbackBody encodes the callback body with the job as this

@@ -119,6 +119,9 @@ type Config struct {
 	// CallbackBody encodes the POSTed body of a finished job; default
 	// DefaultCallbackBody (the daemon gives the API's job shape).
 	CallbackBody func(*Job) ([]byte, error)
+	// TurnCallbackBody encodes the body of a finished turn's callback;
+	// default DefaultTurnCallbackBody (the daemon gives the API's batch).
+	TurnCallbackBody func(*Batch) ([]byte, error)
 	// Egress gives the sandboxes of tools with the http effect their only
 	// way out; nil: such sandboxes are refused (internal error).
 	Egress EgressProvider
@@ -219,6 +222,9 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 	}
 	if c.CallbackBody == nil {
 		c.CallbackBody = DefaultCallbackBody
+	}
+	if c.TurnCallbackBody == nil {
+		c.TurnCallbackBody = DefaultTurnCallbackBody
 	}
 	if c.GuardLookback == 0 {
 		c.GuardLookback = c.Sessions.MaxTTL

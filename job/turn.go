@@ -130,6 +130,9 @@ type Batch struct {
 	HasFinal    bool       `json:"has_final_answer,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	// Callback is the batch's completion webhook and its delivery
+	// attempts (nil: none asked for).
+	Callback *Callback `json:"callback,omitempty"`
 
 	key  string // the client's idempotency key
 	done chan struct{}
@@ -176,6 +179,10 @@ type TurnRequest struct {
 	Turn tools.Turn
 	// SessionID runs the calls in a session (overrides Turn.SessionID).
 	SessionID string
+	// CallbackURL, when set, is POSTed the batch when every call is
+	// answered (overrides Turn.CallbackURL; callback.go); checked at
+	// Submit (ErrInvalid).
+	CallbackURL string
 	// IdempotencyKey, when set, makes each call's job idempotent under
 	// "turn:<key>:<call id>": a turn sent again with the same key and the
 	// model's call ids gets the same jobs, never runs a call twice.
@@ -210,6 +217,15 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 			return nil, err
 		}
 	}
+	callback := req.CallbackURL
+	if callback == "" {
+		callback = req.Turn.CallbackURL
+	}
+	if callback != "" {
+		if err := s.checkCallbackURL(tenant, callback); err != nil {
+			return nil, err
+		}
+	}
 	if s.isClosed() {
 		return nil, ErrShutdown
 	}
@@ -224,6 +240,9 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 		State: BatchRunning, Calls: make([]CallRecord, len(req.Turn.Calls)), Effects: map[tools.Effect]int{},
 		FinalAnswer: req.Turn.FinalAnswer, HasFinal: req.Turn.HasFinal, CreatedAt: now,
 		key: req.IdempotencyKey, done: make(chan struct{}), mu: &sync.Mutex{},
+	}
+	if callback != "" {
+		b.Callback = &Callback{URL: callback, State: CallbackPending}
 	}
 
 	// 1. Resolve and validate every call.
@@ -460,6 +479,25 @@ func (t *Turns) finish(b *Batch) {
 	now := time.Now().UTC()
 	b.State, b.FinishedAt = BatchCompleted, &now
 	close(b.done)
+	if b.Callback != nil {
+		t.s.hooks.Go(func() { t.deliver(b) })
+	}
+}
+
+// deliver POSTs a finished batch to its callback URL; the attempts are
+// kept in the batch (it lives in memory, like the batch).
+func (t *Turns) deliver(b *Batch) {
+	snap := b.snapshot()
+	body, err := t.s.cfg.TurnCallbackBody(snap)
+	if err != nil {
+		t.s.log.Error("encode turn callback", "batch", b.ID, "err", err)
+		return
+	}
+	t.s.deliverCallback(b.Tenant, b.ID, snap.Callback, "turn.finished", body, func(cb *Callback) {
+		b.mu.Lock()
+		b.Callback = cloneCallback(cb)
+		b.mu.Unlock()
+	})
 }
 
 // invalid records a call that cannot run.
@@ -523,6 +561,7 @@ func (b *Batch) snapshot() *Batch {
 		r.Artifacts = slices.Clone(r.Artifacts)
 		c.Calls[i] = r
 	}
+	c.Callback = cloneCallback(b.Callback)
 	c.Effects = make(map[tools.Effect]int, len(b.Effects))
 	for k, v := range b.Effects {
 		c.Effects[k] = v

@@ -39,6 +39,9 @@ type Turn struct {
 	Calls   []TurnCall
 	// SessionID is the body's top-level "session_id", when it has one.
 	SessionID string
+	// CallbackURL is the body's top-level "callback_url", when it has
+	// one: POSTed the batch when every call is answered.
+	CallbackURL string
 	// FinalAnswer is a ReAct turn's "Final Answer:" text; HasFinal says
 	// the turn has one (it then has nothing to run).
 	FinalAnswer string
@@ -110,11 +113,12 @@ func ParseTurn(body []byte) (Turn, error) {
 
 // turnObject is the union of the object shapes a turn arrives in.
 type turnObject struct {
-	SessionID string  `json:"session_id"`
-	Text      *string `json:"text"`
-	Role      string  `json:"role"`
-	Type      string  `json:"type"`
-	Choices   []struct {
+	SessionID   string  `json:"session_id"`
+	CallbackURL string  `json:"callback_url"`
+	Text        *string `json:"text"`
+	Role        string  `json:"role"`
+	Type        string  `json:"type"`
+	Choices     []struct {
 		Message json.RawMessage `json:"message"`
 	} `json:"choices"`
 	ToolCalls json.RawMessage `json:"tool_calls"`
@@ -141,7 +145,7 @@ func (t *Turn) parseValue(body []byte, depth int) error {
 		if err != nil {
 			return err
 		}
-		rt.SessionID = t.SessionID
+		rt.SessionID, rt.CallbackURL = t.SessionID, t.CallbackURL
 		*t = rt
 		return nil
 	case '[':
@@ -156,6 +160,9 @@ func (t *Turn) parseValue(body []byte, depth int) error {
 	}
 	if o.SessionID != "" {
 		t.SessionID = o.SessionID
+	}
+	if o.CallbackURL != "" {
+		t.CallbackURL = o.CallbackURL
 	}
 	switch {
 	case len(o.Choices) > 0:
@@ -208,7 +215,7 @@ func (t *Turn) parseReActInto(text string) error {
 	if err != nil {
 		return err
 	}
-	rt.SessionID = t.SessionID
+	rt.SessionID, rt.CallbackURL = t.SessionID, t.CallbackURL
 	*t = rt
 	return nil
 }

@@ -223,3 +223,18 @@ func FuzzParseTurn(f *testing.F) {
 		}
 	})
 }
+
+// A turn's object body may carry "callback_url" beside "session_id", also
+// around ReAct text.
+func TestParseTurnCallbackURL(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"role":"assistant","callback_url":"https://example.com/h","tool_calls":[{"id":"c","type":"function","function":{"name":"bash","arguments":"{}"}}]}`,
+		`{"text":"Action: bash\nAction Input: ls","callback_url":"https://example.com/h"}`,
+	} {
+		turn, err := ParseTurn([]byte(body))
+		if err != nil || turn.CallbackURL != "https://example.com/h" || len(turn.Calls) != 1 {
+			t.Errorf("%s: callback %q, %d calls, %v", body, turn.CallbackURL, len(turn.Calls), err)
+		}
+	}
+}

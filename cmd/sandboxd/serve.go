@@ -127,7 +127,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		CallbackSecrets: cfg.CallbackSecrets(),
 		CallbackPrivate: cfg.CallbackPrefixes(),
 		CallbackBody:    api.CallbackBody,
-		Turns:           cfg.Turns,
+		// A turn's callback: the batch as GET /v1/tool-calls/{id} shows it.
+		TurnCallbackBody: api.TurnCallbackBody,
+		Turns:            cfg.Turns,
 	}, st, reg, r)
 	if err != nil {
 		return err
