@@ -184,7 +184,7 @@ func (s *Service) deliverCallback(tenant, what string, cb *Callback, event strin
 			return
 		}
 		select {
-		case <-s.quit: // still pending in the record: not resumed at the next start
+		case <-s.quit: // still pending in the record: the next start resumes it
 			return
 		case <-time.After(backoff):
 		}

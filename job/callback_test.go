@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/store"
 )
 
 // receiver records callback deliveries; the first fail of them answer 503.
@@ -229,5 +231,61 @@ func TestTimeline(t *testing.T) {
 	}
 	if _, err := h.svc.Timeline(t.Context(), job.AllTenants, j.ID); err != nil {
 		t.Errorf("the operator's timeline: %v", err)
+	}
+}
+
+// A callback a stopped process left pending (one failed attempt recorded)
+// is delivered by the next process, counting the attempts so far; a
+// delivered one is not sent again, and a job running when the process died
+// gets its callback once, as lost.
+func TestCallbackResumedAfterRestart(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, 0)
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "jobs.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	done := now.Add(-time.Second)
+	mk := func(id string, state job.State, cb *job.Callback) {
+		j := &job.Job{ID: id, Tenant: "acme", Tool: "echo", CallID: "c_" + id, Args: json.RawMessage(`{"text":"x"}`),
+			State: state, CreatedAt: now.Add(-time.Minute), Callback: cb}
+		if state.Terminal() {
+			j.StartedAt, j.FinishedAt = &done, &done
+		}
+		if state == job.StateRunning {
+			j.StartedAt = &done
+		}
+		if err := st.Create(t.Context(), j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("job_due", job.StateSucceeded, &job.Callback{URL: rc.srv.URL + "/due", State: job.CallbackPending,
+		Attempts: []job.CallbackAttempt{{At: done, Status: 503, Error: "the receiver answered 503"}}})
+	mk("job_sent", job.StateSucceeded, &job.Callback{URL: rc.srv.URL + "/sent", State: job.CallbackDelivered,
+		Attempts: []job.CallbackAttempt{{At: done, Status: 204}}})
+	mk("job_running", job.StateRunning, &job.Callback{URL: rc.srv.URL + "/lost", State: job.CallbackPending})
+	st.Close()
+
+	h := newHarness(t, withCallbacks("127.0.0.1/32"), inDir(dir))
+	for _, id := range []string{"job_due", "job_running"} {
+		got := waitCallback(t, h, id)
+		if got.Callback.State != job.CallbackDelivered {
+			t.Errorf("%s: %+v", id, got.Callback)
+		}
+	}
+	if got := waitCallback(t, h, "job_due"); len(got.Callback.Attempts) != 2 {
+		t.Errorf("job_due attempts %+v, want the old failure and the delivery", got.Callback.Attempts)
+	}
+	time.Sleep(100 * time.Millisecond)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	paths := map[string]int{}
+	for _, r := range rc.got {
+		paths[r.URL.Path]++
+	}
+	if paths["/due"] != 1 || paths["/lost"] != 1 || paths["/sent"] != 0 {
+		t.Errorf("deliveries by path %v, want /due and /lost once, /sent never", paths)
 	}
 }

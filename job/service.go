@@ -227,6 +227,18 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.restoreGuard(ctx); err != nil {
 		return err
 	}
+	// Callbacks a stopped process left undelivered resume (read before
+	// the running jobs below turn lost: those start their own).
+	undelivered, err := s.st.ListPendingCallbacks(ctx)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	for _, j := range undelivered {
+		s.startCallback(j)
+	}
+	if len(undelivered) > 0 {
+		s.log.Info("resumed completion callbacks of a previous process", "count", len(undelivered))
+	}
 	unfinished, err := s.st.ListUnfinished(ctx)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)

@@ -34,6 +34,10 @@ type Store interface {
 	// ListUnfinished returns every queued, running or pending_approval
 	// job, oldest first.
 	ListUnfinished(ctx context.Context) ([]*Job, error)
+	// ListPendingCallbacks returns every terminal job whose completion
+	// callback is still pending (Callback.State), the earliest finished
+	// first: deliveries a stopped process left to do.
+	ListPendingCallbacks(ctx context.Context) ([]*Job, error)
 
 	// CreateSession records a new session; a duplicate ID is ErrConflict.
 	CreateSession(ctx context.Context, s *Session) error

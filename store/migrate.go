@@ -107,7 +107,9 @@ var migrations = []string{
 	`ALTER TABLE jobs ADD COLUMN callback TEXT; -- JSON job.Callback, NULL when none
 	CREATE INDEX IF NOT EXISTS jobs_session_created
 		ON jobs (session_id, created_at) WHERE session_id != '';
-	CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at DESC, id DESC);`,
+	CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at DESC, id DESC);
+	CREATE INDEX IF NOT EXISTS jobs_callback_pending
+		ON jobs (finished_at) WHERE json_extract(callback, '$.state') = 'pending';`,
 }
 
 // migrate brings the schema to the latest version.

@@ -279,6 +279,21 @@ func (s *SQLite) ListUnfinished(ctx context.Context) ([]*job.Job, error) {
 	return jobs, nil
 }
 
+// ListPendingCallbacks implements job.Store.
+func (s *SQLite) ListPendingCallbacks(ctx context.Context) ([]*job.Job, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE json_extract(callback, '$.state') = 'pending' AND state IN ('succeeded', 'failed', 'cancelled')
+		ORDER BY finished_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list pending callbacks: %w", err)
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list pending callbacks: %w", err)
+	}
+	return jobs, nil
+}
+
 func isConstraint(err error) bool {
 	var se *sqlite.Error
 	if !errors.As(err, &se) {

@@ -342,6 +342,29 @@ func TestListFiltersAndCallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pending := func() string {
+		t.Helper()
+		jobs, err := s.ListPendingCallbacks(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, j := range jobs {
+			out = append(out, j.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	if got := pending(); got != "" {
+		t.Errorf("a queued job's callback is listed as undelivered: %s", got)
+	}
+	fin := base.Add(time.Hour)
+	j.State, j.StartedAt, j.FinishedAt = job.StateSucceeded, &fin, &fin
+	if err := s.Update(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if got := pending(); got != "job_3" {
+		t.Errorf("pending callbacks %q, want job_3", got)
+	}
 	j.Callback.State = job.CallbackDelivered
 	j.Callback.Attempts = []job.CallbackAttempt{{At: base, DurationMS: 3, Status: 204}}
 	if err := s.Update(ctx, j); err != nil {
@@ -350,6 +373,9 @@ func TestListFiltersAndCallback(t *testing.T) {
 	got, err := s.Get(ctx, "job_3")
 	if err != nil || got.Callback == nil || got.Callback.State != job.CallbackDelivered || len(got.Callback.Attempts) != 1 || got.Callback.Attempts[0].Status != 204 {
 		t.Errorf("callback after update: %+v (%v)", got.Callback, err)
+	}
+	if got := pending(); got != "" {
+		t.Errorf("a delivered callback is still listed: %s", got)
 	}
 	if got, _ := s.Get(ctx, "job_0"); got.Callback != nil {
 		t.Errorf("job without a callback reads back %+v", got.Callback)
