@@ -49,7 +49,7 @@ func (m *memStore) ListEvents(_ context.Context, id string, after, limit int) ([
 func (m *memStore) ListUnfinished(context.Context) ([]*Job, error)            { return nil, nil }
 func (m *memStore) ListOpenSessions(context.Context) ([]*Session, error)      { return nil, nil }
 func (m *memStore) ListPendingApprovals(context.Context) ([]*Approval, error) { return nil, nil }
-func (m *memStore) ListPendingCallbacks(context.Context) ([]*Job, error)       { return nil, nil }
+func (m *memStore) ListPendingCallbacks(context.Context) ([]*Job, error)      { return nil, nil }
 func (m *memStore) DeleteFinishedJobs(context.Context, time.Time, time.Time, int) (Deleted, error) {
 	return Deleted{}, nil
 }
