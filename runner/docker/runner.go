@@ -59,7 +59,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	api, err := client.New(client.FromEnv, client.WithHost(cfg.Host), client.WithAPIVersionNegotiation())
+	// The client negotiates the API version with the daemon at its first
+	// request (down to this host's dockerd 20.10, API 1.41), unless
+	// DOCKER_API_VERSION fixes one.
+	api, err := client.New(client.FromEnv, client.WithHost(cfg.Host))
 	if err != nil {
 		return nil, fmt.Errorf("docker: client for %q: %w", cfg.Host, err)
 	}
