@@ -3,8 +3,8 @@
 // parsed and validated, and the normalised result every tool returns.
 //
 // tools is a leaf package: it imports only the standard library, the JSON
-// Schema library and internal/netclass (the address checks of
-// http_request's options, itself standard library only). Tools that must run inside a sandbox (exec effect) do not
+// Schema library, internal/ids (call IDs) and internal/netclass (the
+// address checks of http_request's options), both standard library only. Tools that must run inside a sandbox (exec effect) do not
 // run themselves: they describe a Command and the job service runs it through
 // a runner, then turns the process result back into a Result with
 // FromProcess.
