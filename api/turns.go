@@ -61,6 +61,9 @@ type batchView struct {
 	Note      string         `json:"note,omitempty"`
 	// Callback is the completion webhook and its delivery attempts.
 	Callback *job.Callback `json:"callback,omitempty"`
+	// Tags and Metadata are the turn's labels, on every call's job too.
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 // TurnCallbackBody is the body of a turn's completion callback: the batch
@@ -84,6 +87,7 @@ func viewBatch(b *job.Batch) *batchView {
 		ID: b.ID, State: b.State, Dialect: b.Dialect, Mode: b.Mode, SessionID: b.SessionID,
 		Calls: make([]callView, len(b.Calls)), Effects: map[string]int{},
 		CreatedAt: b.CreatedAt, Finished: b.FinishedAt, Callback: b.Callback,
+		Tags: tagsView(b.Tags), Metadata: metadataView(b.Metadata),
 	}
 	for i, c := range b.Calls {
 		v.Calls[i] = callView{CallRecord: c, Content: c.Answer, IsError: c.IsError}

@@ -25,8 +25,12 @@ type Turn struct {
 		OK      bool   `json:"ok"`
 		Content string `json:"content"`
 	} `json:"calls"`
-	Effects map[string]int  `json:"effects"`
-	Raw     json.RawMessage `json:"-"`
+	Effects map[string]int `json:"effects"`
+	// Tags and Metadata are the turn's labels (the body's "tags" and
+	// "metadata").
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
+	Raw      json.RawMessage   `json:"-"`
 }
 
 // Completed reports whether every call has its answer.

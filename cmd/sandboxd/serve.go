@@ -130,6 +130,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		// A turn's callback: the batch as GET /v1/tool-calls/{id} shows it.
 		TurnCallbackBody: api.TurnCallbackBody,
 		Turns:            cfg.Turns,
+		Labels:           cfg.Labels,
 	}, st, reg, r)
 	if err != nil {
 		return err
