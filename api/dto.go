@@ -102,6 +102,7 @@ type toolView struct {
 	Effects      []tools.Effect  `json:"effects"`
 	ParallelSafe bool            `json:"parallel_safe"`
 	Idempotent   bool            `json:"idempotent,omitempty"`
+	ReturnDirect bool            `json:"return_direct"`
 	Source       string          `json:"source,omitempty"`
 	// Available is false while the tool cannot be called (its provider is
 	// restarting); Unavailable says why.
@@ -113,7 +114,7 @@ func viewTool(t *tools.Tool) toolView {
 	v := toolView{
 		Name: t.Name, Description: t.Description, InputSchema: t.InputSchema,
 		OutputSchema: t.OutputSchema, Effects: t.Effects, ParallelSafe: t.ParallelSafe,
-		Idempotent: t.Idempotent, Source: t.Source, Available: true,
+		Idempotent: t.Idempotent, ReturnDirect: t.ReturnDirect, Source: t.Source, Available: true,
 	}
 	if err := t.Unavailable(); err != nil {
 		v.Available, v.Unavailable = false, err.Error()

@@ -54,11 +54,14 @@ type batchView struct {
 	Messages  []any          `json:"messages,omitempty"`
 	Text      *string        `json:"text,omitempty"`
 	Final     *string        `json:"final_answer,omitempty"`
-	Calls     []callView     `json:"calls"`
-	Effects   map[string]int `json:"effects"`
-	CreatedAt time.Time      `json:"created_at"`
-	Finished  *time.Time     `json:"finished_at,omitempty"`
-	Note      string         `json:"note,omitempty"`
+	// ReturnDirect: a call of a return_direct tool succeeded; its answer
+	// is final_answer and the agent loop stops (no next model turn).
+	ReturnDirect bool           `json:"return_direct"`
+	Calls        []callView     `json:"calls"`
+	Effects      map[string]int `json:"effects"`
+	CreatedAt    time.Time      `json:"created_at"`
+	Finished     *time.Time     `json:"finished_at,omitempty"`
+	Note         string         `json:"note,omitempty"`
 	// Callback is the completion webhook and its delivery attempts.
 	Callback *job.Callback `json:"callback,omitempty"`
 	// Tags and Metadata are the turn's labels, on every call's job too.
@@ -109,6 +112,9 @@ func viewBatch(b *job.Batch) *batchView {
 		}
 	default:
 		v.Messages = tools.TurnMessages(b.Dialect, b.Answers())
+	}
+	if answer, ok := b.DirectAnswer(); ok {
+		v.ReturnDirect, v.Final = true, &answer
 	}
 	return v
 }

@@ -149,12 +149,15 @@ type CallRecord struct {
 	CallID      string `json:"call_id"`
 	GeneratedID bool   `json:"call_id_generated,omitempty"`
 	// Tool is the canonical name (the model's spelling when unknown).
-	Tool   string `json:"tool"`
-	JobID  string `json:"job_id,omitempty"`
-	State  string `json:"state"`
-	Reason string `json:"reason,omitempty"`
-	OK     bool   `json:"ok"`
-	Error  string `json:"error,omitempty"`
+	Tool string `json:"tool"`
+	// ReturnDirect: the tool's result is the agent's final answer
+	// (tools.Tool.ReturnDirect).
+	ReturnDirect bool   `json:"return_direct,omitempty"`
+	JobID        string `json:"job_id,omitempty"`
+	State        string `json:"state"`
+	Reason       string `json:"reason,omitempty"`
+	OK           bool   `json:"ok"`
+	Error        string `json:"error,omitempty"`
 	// Details name the fields of invalid arguments and what was expected.
 	Details   []tools.Problem  `json:"details,omitempty"`
 	Attempts  int              `json:"attempts,omitempty"`
@@ -168,6 +171,22 @@ type CallRecord struct {
 	// Answer is what the model reads (TurnMessages renders it).
 	Answer  string `json:"-"`
 	IsError bool   `json:"-"`
+}
+
+// DirectAnswer is the answer of the first call, in call order, of a
+// return_direct tool that succeeded: the agent's final answer, so the
+// loop stops there. ok is false when there is none (or the batch is not
+// completed).
+func (b *Batch) DirectAnswer() (answer string, ok bool) {
+	if b.State != BatchCompleted {
+		return "", false
+	}
+	for _, c := range b.Calls {
+		if c.ReturnDirect && c.OK && !c.IsError {
+			return c.Answer, true
+		}
+	}
+	return "", false
 }
 
 // Answers are the batch's answers in call order, for tools.TurnMessages.
@@ -289,7 +308,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 			invalid(rec, err)
 			continue
 		}
-		rec.Tool = tool.Name
+		rec.Tool, rec.ReturnDirect = tool.Name, tool.ReturnDirect
 		if !tool.Runnable() {
 			invalid(rec, fmt.Errorf("tool %s is a declaration only and cannot run", tool.Name))
 			continue

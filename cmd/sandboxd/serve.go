@@ -77,6 +77,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := markIdempotent(reg, cfg.Tools.Idempotent); err != nil {
 		return err
 	}
+	if err := markReturnDirect(reg, cfg.Tools.ReturnDirect); err != nil {
+		return err
+	}
 	// The job service resolves every limit of every sandbox it asks for
 	// (config.Limits.Resolve: up to the ceilings). The runners' own Config.
 	// Defaults fill zero fields and, on the container runners, clip larger
