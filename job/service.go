@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -521,6 +522,8 @@ func cloneJob(j *Job) *Job {
 	}
 	c.Egress = slices.Clone(j.Egress)
 	c.Callback = cloneCallback(j.Callback)
+	c.Tags = slices.Clone(j.Tags)
+	c.Metadata = maps.Clone(j.Metadata)
 	if j.FinishedAt != nil {
 		t := *j.FinishedAt
 		c.FinishedAt = &t

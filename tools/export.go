@@ -77,7 +77,19 @@ func (r *Registry) Export(f Format, names ...string) ([]map[string]any, error) {
 	return out, nil
 }
 
+// ReturnDirectField is the extension field of a ReturnDirect tool in the
+// exports: none of the formats has a field of its own for it.
+const ReturnDirectField = "x-return-direct"
+
 func exportTool(f Format, t *Tool) map[string]any {
+	m := exportShape(f, t)
+	if t.ReturnDirect {
+		m[ReturnDirectField] = true
+	}
+	return m
+}
+
+func exportShape(f Format, t *Tool) map[string]any {
 	in := json.RawMessage(slices.Clone(t.InputSchema))
 	switch f {
 	case FormatAnthropic:
