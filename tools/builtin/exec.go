@@ -28,12 +28,28 @@ const maxArgBytes = 128<<10 - 1
 // Start-up cost matters (a call is often just print(1)): the wrapper parses
 // with the built-in compile() and the C module _ast rather than importing
 // ast (~9 ms), and imports traceback and linecache only when it must print a
-// traceback.
-const pythonWrapper = `import _ast, os, sys
+// traceback. The interpreter starts without site (-S); the wrapper sets
+// the builtins site would (exit, quit, help ...) and puts the site
+// directories (the image's numpy, pandas, matplotlib) on sys.path at the
+// first import the standard library does not satisfy, so a cell sees the
+// same modules as in a session's interpreter (which starts with site)
+// and one that imports none does not pay for reading every .pth file.
+const pythonWrapper = `import _ast, os, sys, site
+class _Site:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if path is not None:
+            return None
+        sys.meta_path.remove(cls)
+        site.main()
+        import importlib.machinery
+        return importlib.machinery.PathFinder.find_spec(name)
 def _run():
     src = sys.stdin.buffer.read().decode("utf-8", "replace")
     sys.stdin = open(os.devnull)
     sys.path.insert(0, os.getcwd())
+    site.setquit(); site.setcopyright(); site.sethelper()
+    sys.meta_path.append(_Site)
     g = {"__name__": "__main__", "__builtins__": __builtins__}
     def tb(e, frames):
         import linecache, traceback
@@ -149,6 +165,7 @@ func pythonTool(o Options) *tools.Tool {
 				Env:     sandboxEnv(),
 				Dir:     o.WorkDir,
 				Timeout: execTimeout(args),
+				Decode:  decodePython,
 			}, nil
 		},
 	}
