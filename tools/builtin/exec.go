@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/tools"
@@ -132,15 +133,47 @@ func objectSchema(props map[string]any, required ...string) json.RawMessage {
 	return mustSchema(s)
 }
 
+// pythonDescribe is python_repl's description where its calls run (see
+// tools.Where); its zero Where gives the description true everywhere.
+func pythonDescribe(w tools.Where) string {
+	var b strings.Builder
+	b.WriteString("Run Python 3 code in the job's sandbox, with /workspace as the working directory. " +
+		"All statements run; if the last statement is an expression its repr() is printed (unless None), as in a notebook. " +
+		"An uncaught exception fails the call: its traceback is in the output (after [stderr]) and the error names the exception. ")
+	if w.Session {
+		b.WriteString("This session keeps one interpreter: variables, functions and imports of earlier calls persist, " +
+			"and so do files under /workspace; open matplotlib figures come back as PNG images (to the program, not to you). ")
+	} else if w.OneShot {
+		b.WriteString("Each call starts a fresh interpreter in a fresh sandbox: nothing, not even files under /workspace, " +
+			"persists from an earlier call (do everything a step needs in one call, or ask for a session). ")
+	} else {
+		b.WriteString("In a session, calls share one interpreter: variables, imports and files persist between calls, " +
+			"and open matplotlib figures come back as PNG images; outside a session each call starts a fresh interpreter " +
+			"in a fresh sandbox, and nothing persists. ")
+	}
+	switch f := w.Image; {
+	case f == nil:
+		b.WriteString("Only the standard library is guaranteed to be present.")
+	case f.Python == "":
+		b.WriteString("Python could not be found in this sandbox's image.")
+	default:
+		fmt.Fprintf(&b, "Python %s with the standard library", f.Python)
+		if pk := f.PackageList(); pk != "" {
+			b.WriteString(" and " + pk)
+		}
+		b.WriteString(".")
+		if len(f.Missing) > 0 {
+			b.WriteString(" Not installed: " + strings.Join(f.Missing, ", ") + ".")
+		}
+	}
+	return b.String()
+}
+
 func pythonTool(o Options) *tools.Tool {
 	return &tools.Tool{
-		Name: "python_repl",
-		Description: "Run Python 3 code in the job's sandbox, with /workspace as the working directory. " +
-			"All statements run; if the last statement is an expression its repr() is printed (unless None), as in a notebook. " +
-			"Exceptions print a traceback to stderr and exit with status 1. In a session, calls share one interpreter: " +
-			"variables, imports and files persist between calls, and open matplotlib figures come back as PNG images; " +
-			"outside a session each call starts a fresh interpreter (keep state in files under /workspace). " +
-			"Only the standard library is guaranteed to be present.",
+		Name:        "python_repl",
+		Description: pythonDescribe(tools.Where{}),
+		Describe:    pythonDescribe,
 		InputSchema: objectSchema(map[string]any{
 			"code": map[string]any{
 				"type":        "string",
