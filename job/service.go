@@ -49,6 +49,8 @@ type Service struct {
 	m   *Metrics
 	// images are the images each tenant's sessions may name.
 	images *imagePolicy
+	// imageFacts caches what each image holds (ImageFacts).
+	imageFacts imageFactsCache
 
 	// Admission: a token in slots for every job waiting in queue. Submit
 	// reserves one before writing the record; a worker frees it when it

@@ -81,6 +81,12 @@ type Tool struct {
 	// args has already been validated against InputSchema.
 	Command func(args map[string]any) (Command, error) `json:"-"`
 
+	// Describe, when set, is the description as true where the calls run
+	// (in a session or not, what the image holds): the exports a caller
+	// asks for a place (GET /v1/tools?session_id=) use it. Description
+	// stays the one true everywhere.
+	Describe func(Where) string `json:"-"`
+
 	// Available, when set, says whether the tool can be called right now:
 	// nil when it can, else why not (a provider restarting). Such a tool
 	// stays listed (GET /v1/tools shows it unavailable) and its calls get
