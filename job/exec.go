@@ -238,6 +238,7 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 		}
 		spec.Limits, spec.Image = j.Limits, tool.Image
 		spec.Labels = map[string]string{"job": j.ID, "tenant": j.Tenant}
+		s.tenantSpec(&spec, j.Tenant)
 		var release func()
 		sb, release, err = s.oneShotSandbox(ctx, spec)
 		if err != nil {

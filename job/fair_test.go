@@ -1,11 +1,14 @@
 package job_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/runner"
 )
 
 // One tenant's flood does not take every worker: with two tenants
@@ -65,5 +68,60 @@ func TestTenantMaxRunning(t *testing.T) {
 	close(h.gate)
 	if j := h.wait(t, "small", b.ID); j.State != job.StateSucceeded {
 		t.Fatalf("capped job %s/%s", j.State, j.Reason)
+	}
+}
+
+// With two or more tenants, a tenant's sandboxes are in its CPU group
+// (runner.SandboxSpec.Tenant, of its weight), pooled ones too: the pool
+// keeps ready sandboxes per tenant, from the tenant's first job on.
+func TestTenantCPUGroupSpec(t *testing.T) {
+	h := newHarness(t, func(c *job.Config, _ *harness) {
+		c.Tenants = 2
+		c.Shares = map[string]config.TenantShare{"gold": {Weight: 300}}
+		c.Pool = config.Pool{Size: ptr(1)}
+	})
+	specs := func() []runner.SandboxSpec {
+		h.r.mu.Lock()
+		defer h.r.mu.Unlock()
+		return slices.Clone(h.r.specs)
+	}
+	first := h.wait(t, "gold", h.submit(t, "gold", call("echo", `{"text":"x"}`)).ID)
+	if first.State != job.StateSucceeded {
+		t.Fatalf("job %s/%s", first.State, first.Reason)
+	}
+	// Nothing was pre-warmed without a tenant; the first job missed.
+	spec, ok := h.r.spec(first.ID)
+	if !ok || spec.Tenant != "gold" || spec.TenantWeight != 300 {
+		t.Fatalf("the job's sandbox: %+v (created %v)", spec, ok)
+	}
+	eventually(t, "a pooled sandbox of gold", func() bool {
+		for _, s := range specs() {
+			if strings.HasPrefix(s.ID, "pool_") && s.Tenant == "gold" && s.TenantWeight == 300 {
+				return true
+			}
+		}
+		return false
+	})
+	second := h.wait(t, "gold", h.submit(t, "gold", call("echo", `{"text":"x"}`)).ID)
+	if _, fresh := h.r.spec(second.ID); fresh || second.State != job.StateSucceeded {
+		t.Fatalf("second job of gold %s, fresh sandbox %v: want a pooled one", second.State, fresh)
+	}
+	other := h.wait(t, "plain", h.submit(t, "plain", call("echo", `{"text":"x"}`)).ID)
+	if spec, _ := h.r.spec(other.ID); spec.Tenant != "plain" || spec.TenantWeight != 0 {
+		t.Fatalf("plain tenant's sandbox: tenant %q weight %d", spec.Tenant, spec.TenantWeight)
+	}
+	for _, s := range specs() {
+		if s.Tenant == "" {
+			t.Fatalf("a sandbox outside every tenant's group: %+v", s)
+		}
+	}
+}
+
+// With one tenant there is nobody to share with: no tenant groups.
+func TestSingleTenantNoCPUGroup(t *testing.T) {
+	h := newHarness(t)
+	j := h.wait(t, "acme", h.submit(t, "acme", call("echo", `{"text":"x"}`)).ID)
+	if spec, ok := h.r.spec(j.ID); !ok || spec.Tenant != "" {
+		t.Fatalf("spec %+v (created %v)", spec, ok)
 	}
 }
