@@ -109,6 +109,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	svc, err := job.New(job.Config{
 		Queue:       cfg.Queue,
+		Shares:      cfg.TenantShares(),
+		Tenants:     len(cfg.Tenants),
 		Limits:      lim,
 		Sessions:    cfg.Sessions,
 		Pool:        cfg.Pool,
