@@ -109,8 +109,8 @@ func exportShape(f Format, t *Tool) map[string]any {
 			"inputSchema": in,
 			"annotations": MCPAnnotations(t),
 		}
-		if out := t.OutputSchema; len(out) > 0 && outputIsObject(out) {
-			m["outputSchema"] = json.RawMessage(slices.Clone(out))
+		if _, out := MCPSchemas(t); out != nil {
+			m["outputSchema"] = out
 		}
 		return m
 	default: // FormatOpenAI
@@ -123,6 +123,17 @@ func exportShape(f Format, t *Tool) map[string]any {
 			},
 		}
 	}
+}
+
+// MCPSchemas are t's schemas as MCP lists them (the export above and
+// sandboxd's own MCP server): fresh copies of the input schema, and of the
+// output schema when it describes objects (else nil).
+func MCPSchemas(t *Tool) (in, out json.RawMessage) {
+	in = json.RawMessage(slices.Clone(t.InputSchema))
+	if o := t.OutputSchema; len(o) > 0 && outputIsObject(o) {
+		out = json.RawMessage(slices.Clone(o))
+	}
+	return in, out
 }
 
 // outputIsObject reports whether an output schema describes objects: MCP
