@@ -30,7 +30,8 @@ import (
 // test's own project (a project name of its own, its own data dir and
 // ports) leaves none of its containers and none of its sandboxes behind.
 // Grafana is in a profile of its own (its image cannot be fetched here)
-// and is not started.
+// and is not started. The gVisor variant (docker-compose.gvisor.yml beside
+// it) does the same with every sandbox under runsc.
 func TestComposeUp(t *testing.T) {
 	needDocker(t)
 	dc, err := exec.LookPath("docker-compose")
@@ -41,6 +42,15 @@ func TestComposeUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Run("default", func(t *testing.T) { composeUp(t, dc, root, "", "docker-compose.yml") })
+	t.Run("gvisor", func(t *testing.T) { // runsc: scripts/gvisor-setup.sh
+		composeUp(t, dc, root, "runsc", "docker-compose.yml", "docker-compose.gvisor.yml")
+	})
+}
+
+// composeUp runs the compose files under a project of its own; every
+// sandbox must run under runtime ("": the daemon's default).
+func composeUp(t *testing.T, dc, root, runtime string, files ...string) {
 	// A short data dir of its own (the runner's sockets live under it);
 	// build.sh makes it a shared mount, which is undone at the end.
 	data, err := os.MkdirTemp("/var/tmp", "sbxc")
@@ -69,7 +79,11 @@ func TestComposeUp(t *testing.T) {
 		return cmd.CombinedOutput()
 	}
 	compose := func(timeout time.Duration, args ...string) ([]byte, error) {
-		return command(timeout, dc, append([]string{"-p", project, "-f", "docker-compose.yml"}, args...)...)
+		pre := []string{"-p", project}
+		for _, f := range files {
+			pre = append(pre, "-f", f)
+		}
+		return command(timeout, dc, append(pre, args...)...)
 	}
 	t.Cleanup(func() {
 		exec.Command("umount", "-l", data).Run() // build.sh's bind mount, if it made one
@@ -156,11 +170,25 @@ func TestComposeUp(t *testing.T) {
 		t.Fatalf("job through the compose sandboxd: %d %s\n%s", resp.StatusCode, body, logs())
 	}
 	t.Logf("job in a Docker sandbox of the compose sandboxd: %q", j.Result.Content)
-	if n := len(sandboxesOf(t, sandboxdPid)); n == 0 {
+	sbs := sandboxesOf(t, sandboxdPid)
+	if len(sbs) == 0 {
 		t.Errorf("no sandbox container is labelled with the compose sandboxd's owner-proc (pid %s)", sandboxdPid)
-	} else {
-		t.Logf("%d sandbox containers owned by the compose sandboxd (host pid %s)", n, sandboxdPid)
 	}
+	inspected := 0
+	for _, id := range sbs {
+		out, err := exec.Command("docker", "inspect", "-f", "{{.HostConfig.Runtime}}", id).Output()
+		if err != nil { // the job's sandbox, removed since the listing
+			continue
+		}
+		inspected++
+		if got := strings.TrimSpace(string(out)); runtime != "" && got != runtime {
+			t.Errorf("sandbox %.12s runs under %q, want %q", id, got, runtime)
+		}
+	}
+	if inspected == 0 {
+		t.Errorf("none of the sandboxes %v could be inspected", sbs)
+	}
+	t.Logf("%d sandbox containers owned by the compose sandboxd (host pid %s), runtime %q", len(sbs), sandboxdPid, runtime)
 	if err := httpOK(base+"/v1/tools", ""); err == nil {
 		t.Error("GET /v1/tools without a key answered 200")
 	}
