@@ -434,11 +434,7 @@ func TestDockerComposeConfig(t *testing.T) {
 		t.Skip("docker-compose not installed (scripts/setup.sh installs it; set SANDBOXD_REQUIRE_TOOLS=1 to fail instead)")
 	}
 	run := func(env ...string) (string, error) {
-		cmd := exec.Command(dc, "--project-directory", "..", "-f", composeFile, "config")
-		cmd.Env = append(os.Environ(), "COMPOSE_PROJECT_NAME=sandboxd-config-test")
-		cmd.Env = append(cmd.Env, env...)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
+		return composeConfig(dc, []string{composeFile}, env...)
 	}
 	out, err := run("SANDBOXD_API_KEYS=key-example:example")
 	if err != nil {
@@ -462,5 +458,47 @@ func TestDockerComposeConfig(t *testing.T) {
 	}
 	if out, err := run("SANDBOXD_API_KEYS="); err == nil || !strings.Contains(out, "SANDBOXD_API_KEYS") {
 		t.Errorf("docker-compose config without API keys: %v\n%s", err, out)
+	}
+}
+
+// composeConfig runs docker-compose config on files (relative to this directory)
+// in the repository's root.
+func composeConfig(dc string, files []string, env ...string) (string, error) {
+	args := []string{"--project-directory", ".."}
+	for _, f := range files {
+		args = append(args, "-f", f)
+	}
+	cmd := exec.Command(dc, append(args, "config")...)
+	cmd.Env = append(os.Environ(), "COMPOSE_PROJECT_NAME=sandboxd-config-test")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// The variants beside docker-compose.yml are overrides of it that
+// docker-compose takes with it.
+func TestComposeVariants(t *testing.T) {
+	t.Parallel()
+	dc, err := exec.LookPath("docker-compose")
+	if err != nil {
+		if os.Getenv("SANDBOXD_REQUIRE_TOOLS") != "" {
+			t.Fatal("docker-compose not installed (scripts/setup.sh installs it)")
+		}
+		t.Skip("docker-compose not installed (scripts/setup.sh installs it; set SANDBOXD_REQUIRE_TOOLS=1 to fail instead)")
+	}
+	variants, err := filepath.Glob("../docker-compose.*.yml")
+	if err != nil || len(variants) == 0 {
+		t.Fatalf("no variants beside docker-compose.yml: %v", err)
+	}
+	want := map[string]string{"../docker-compose.gvisor.yml": "--runtime\n    - runsc"}
+	for _, v := range variants {
+		out, err := composeConfig(dc, []string{composeFile, v}, "SANDBOXD_API_KEYS=key-example:example")
+		if err != nil {
+			t.Errorf("docker-compose config with %s: %v\n%s", v, err, out)
+			continue
+		}
+		if w, ok := want[v]; ok && !strings.Contains(out, w) {
+			t.Errorf("%s: the merged file lacks %q:\n%s", v, w, out)
+		}
 	}
 }
