@@ -126,8 +126,13 @@ func classify(cancelReason string, a *attempt) (State, string) {
 		return fail(ReasonShutdown, "sandboxd shut down while the job was running")
 	case a.err != nil:
 		a.res.OK = false
-		a.res.Error = "internal error: " + a.err.Error()
-		return StateFailed, ReasonInternal
+		reason := infraReason(a.err)
+		if reason == ReasonInternal {
+			a.res.Error = "internal error: " + a.err.Error()
+		} else { // the cause is in the message: the runner's daemon, the disk
+			a.res.Error = infraCause(a.err).Error()
+		}
+		return StateFailed, reason
 	case a.timedOut:
 		return fail(ReasonTimeout, "timed out")
 	case a.res.OK:

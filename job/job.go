@@ -36,7 +36,12 @@ const (
 	ReasonTimeout   = "timeout"
 	ReasonToolError = "tool_error"
 	ReasonInternal  = "internal"
-	ReasonShutdown  = "shutdown"
+	// ReasonUnavailable: the runner's daemon could not be reached;
+	// ReasonDiskFull: the host's disk is full. Both are internal
+	// failures whose cause is known (ErrUnavailable, ErrHostDiskFull).
+	ReasonUnavailable = "unavailable"
+	ReasonDiskFull    = "disk_full"
+	ReasonShutdown    = "shutdown"
 )
 
 // Job is one tool call and its outcome.
