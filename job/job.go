@@ -135,6 +135,10 @@ const (
 	EventStdout          EventType = "stdout"
 	EventStderr          EventType = "stderr"
 	EventFinished        EventType = "finished"
+	// EventKilled: the process ran to its deadline (its started event's
+	// time plus the timeout) and was killed; the event's time is when the
+	// kill was sent.
+	EventKilled EventType = "killed"
 )
 
 // Event is one step in a job's life.
