@@ -62,6 +62,7 @@ type Config struct {
 	Retention    Retention   `yaml:"retention"`
 	Callbacks    Callbacks   `yaml:"callbacks"`
 	Console      Console     `yaml:"console"`
+	Labels       Labels      `yaml:"labels"`
 	// ToolsDir, Tools, Turns and Providers: model turns (POST
 	// /v1/tool-calls), tools without Go code and MCP tool providers
 	// (turns.go).
@@ -200,6 +201,17 @@ type Console struct {
 	MaxSeries int `yaml:"max_series" check:"positive" doc:"series the console's history keeps (a metric per tenant and outcome, tool, effect or decision; a latency histogram is 23 series per tenant and tool); new series past it are not kept (the page says so). Memory: at most 8 bytes per series and sample, 2160 samples (17 MiB at 1000 series)"`
 }
 
+// Labels bounds the tags and metadata a client attaches to jobs, sessions
+// and turns (so a framework can carry its run and trace ids); a request
+// past a bound is refused with 400 naming it.
+type Labels struct {
+	MaxTags         int `yaml:"max_tags" check:"positive" doc:"tags of one job, session or turn"`
+	MaxTagBytes     int `yaml:"max_tag_bytes" check:"positive" doc:"one tag (printable, not empty)"`
+	MaxMetadataKeys int `yaml:"max_metadata_keys" check:"positive" doc:"metadata keys of one job, session or turn"`
+	MaxKeyBytes     int `yaml:"max_metadata_key_bytes" check:"positive" doc:"one metadata key (letters, digits, '_', '-', '.', ':' or '/')"`
+	MaxValueBytes   int `yaml:"max_metadata_value_bytes" check:"positive" doc:"one metadata value (printable)"`
+}
+
 // Tenant names a tenant and the API keys that authenticate as it.
 type Tenant struct {
 	Name    string   `yaml:"name" default:"required" doc:"the tenant's name (no spaces, at most 128 bytes)"`
@@ -260,6 +272,7 @@ func Defaults() Config {
 		Retention: Retention{MaxAge: 7 * 24 * time.Hour, MaxBytes: 1 << 30, Interval: time.Minute},
 		Callbacks: Callbacks{Attempts: 5, Backoff: time.Second, Timeout: 10 * time.Second},
 		Console:   Console{SampleInterval: 5 * time.Second, MaxSeries: 1000},
+		Labels:    Labels{MaxTags: 16, MaxTagBytes: 128, MaxMetadataKeys: 16, MaxKeyBytes: 64, MaxValueBytes: 512},
 		Turns:     Turns{Concurrency: 8, Retries: 2, RetryBackoff: 100 * time.Millisecond, Keep: time.Hour},
 	}
 }

@@ -132,6 +132,9 @@ type Config struct {
 	// Egress gives the sandboxes of tools with the http effect their only
 	// way out; nil: such sandboxes are refused (internal error).
 	Egress EgressProvider
+	// Labels bounds the tags and metadata of jobs, sessions and turns
+	// (labels.go); zero fields take config.Defaults().Labels.
+	Labels config.Labels
 	// Turns configures the turn executor (turn.go) and the retries of
 	// infrastructure failures of jobs submitted with Retry (retry.go):
 	// Retries more attempts (0: none), the first after RetryBackoff
@@ -224,6 +227,7 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 		c.WebhookBackoff = time.Second
 	}
 	config.Fill(&c.Callbacks, def.Callbacks)
+	config.Fill(&c.Labels, def.Labels)
 	if c.CallbackClient == nil {
 		c.CallbackClient = newCallbackClient(netclass.NewGuard(c.CallbackPrivate, c.Protected), c.CallbackLookup, c.Callbacks.Timeout)
 	}

@@ -260,7 +260,7 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 	}
 	if ls != nil && tool.Name == "python_repl" {
 		if repl, ok := replOf(sb); ok {
-			return s.runREPL(ctx, e, j, repl, timeout)
+			return s.runREPL(ctx, e, j, repl, timeout, cmd.Decode)
 		}
 	}
 	// The deadline runs from the job's start (its started event), not

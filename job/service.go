@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -48,6 +49,8 @@ type Service struct {
 	m   *Metrics
 	// images are the images each tenant's sessions may name.
 	images *imagePolicy
+	// imageFacts caches what each image holds (ImageFacts).
+	imageFacts imageFactsCache
 
 	// Admission: a token in slots for every job waiting in the queue.
 	// Submit reserves one before writing the record; a worker frees it
@@ -522,6 +525,8 @@ func cloneJob(j *Job) *Job {
 	}
 	c.Egress = slices.Clone(j.Egress)
 	c.Callback = cloneCallback(j.Callback)
+	c.Tags = slices.Clone(j.Tags)
+	c.Metadata = maps.Clone(j.Metadata)
 	if j.FinishedAt != nil {
 		t := *j.FinishedAt
 		c.FinishedAt = &t

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what the tests need (packages, dockerd, the
-# sandbox images, gVisor's runsc, containerd), then runs formatting and vet
-# checks, unit tests with the race detector (the Docker and containerd
+# sandbox images, gVisor's runsc, containerd), then runs formatting, vet and
+# staticcheck checks, unit tests with the race detector (the Docker and containerd
 # runners' against the real daemons, under runc and under runsc), short fuzz
 # runs and the integration tests (which start real sandboxd processes, a
 # real Prometheus and headless Chromium).
@@ -37,8 +37,11 @@ echo "== go vet"
 go vet ./...
 go vet -tags integration ./integration/
 
+echo "== staticcheck"
+bash scripts/staticcheck.sh
+
 echo "== unit tests (race)"
-go test -race -count=1 ./...
+go test -race -count=1 -timeout 30m ./...
 
 fuzztime=${FUZZTIME:-10s}
 if [ "$fuzztime" != 0 ]; then
@@ -66,7 +69,7 @@ if [ "$fuzztime" != 0 ]; then
 fi
 
 echo "== integration tests"
-go test -tags integration -count=1 -v ./integration/ 2>&1 | tee /tmp/sandboxd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' || true
+go test -tags integration -count=1 -timeout 45m -v ./integration/ 2>&1 | tee /tmp/sandboxd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' || true
 grep -qE '^(FAIL|panic)' /tmp/sandboxd-integration.log && { tail -60 /tmp/sandboxd-integration.log; exit 1; }
 grep -q '^ok' /tmp/sandboxd-integration.log || { tail -60 /tmp/sandboxd-integration.log; exit 1; }
 echo "== all tests passed"

@@ -4,11 +4,11 @@
 // A sandbox is one container: read-only root, fresh /tmp and /dev/shm,
 // the workspace bound at /workspace (or not at all), no capabilities,
 // no_new_privs, the seccomp profile and masked paths the spec's isolation
-// carries (policy.Compile decides them; seccomp.go), uid 65534, no network (NetworkEgress: still none, plus the agent's proxy
-// address forwarded to a per-sandbox egress socket, see egress.go), cgroup
-// limits. The agent binary is bind-mounted read-only from the host and
+// carries (policy.Compile decides them; seccomp.go), uid 65534, no network
+// (NetworkEgress: still none, plus the agent's proxy address forwarded to
+// a per-sandbox egress socket, see egress.go), cgroup limits. The agent binary is bind-mounted read-only from the host and
 // talks to sandboxd over a unix socket in a per-sandbox host directory
-// (StateDir/<id>, mounted at /run/sandboxd).
+// (StateDir/<instance>/<id>, mounted at /run/sandboxd).
 //
 // Lifecycle: New probes the daemon, reaps containers left by earlier
 // processes and starts the reconcile loop; Create returns a started
@@ -100,7 +100,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	api, err := client.New(client.FromEnv, client.WithHost(cfg.Host), client.WithAPIVersionNegotiation())
+	// The client negotiates the API version with the daemon at its first
+	// request (down to this host's dockerd 20.10, API 1.41), unless
+	// DOCKER_API_VERSION fixes one.
+	api, err := client.New(client.FromEnv, client.WithHost(cfg.Host))
 	if err != nil {
 		return nil, fmt.Errorf("docker: client for %q: %w", cfg.Host, err)
 	}
