@@ -38,6 +38,9 @@ var (
 	ErrUnsupported = errors.New("not supported")
 	// ErrTooLarge: an upload exceeds the configured size.
 	ErrTooLarge = errors.New("too large")
+	// ErrIdempotencyKeyReused: an Idempotency-Key the tenant used for a
+	// different request (tool, arguments, session or limits); 422.
+	ErrIdempotencyKeyReused = errors.New("Idempotency-Key reused")
 )
 
 // Errors that stay inside the package.

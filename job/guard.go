@@ -83,9 +83,7 @@ func (s *Service) submitRefused(ctx context.Context, j *Job, d policy.Decision) 
 	e := s.newEntry(j, nil, nil)
 	if err := s.st.Create(ctx, j); err != nil {
 		if j.IdempotencyKey != "" && errors.Is(err, ErrConflict) {
-			if existing, gerr := s.st.GetByIdempotencyKey(ctx, j.Tenant, j.IdempotencyKey); gerr == nil {
-				return existing, false, nil
-			}
+			return s.replayAfterConflict(ctx, j, err)
 		}
 		return nil, false, fmt.Errorf("submit: %w", err)
 	}
@@ -121,10 +119,7 @@ func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, a
 			e.mu.Unlock()
 			s.unregister(j.ID)
 			s.refund(j)
-			if existing, gerr := s.st.GetByIdempotencyKey(ctx, j.Tenant, j.IdempotencyKey); gerr == nil {
-				return existing, false, nil
-			}
-			return nil, false, fmt.Errorf("submit: %w", err)
+			return s.replayAfterConflict(ctx, j, err)
 		}
 		return fail(err)
 	}

@@ -70,6 +70,9 @@ func (f *Fake) Submit(ctx context.Context, tenant string, req job.SubmitRequest)
 		if id, ok := f.idem[tenant+"\x00"+req.IdempotencyKey]; ok {
 			snap := *f.jobs[id].j
 			f.mu.Unlock()
+			if snap.Tool != req.Call.Name { // as job.Service judges another request
+				return nil, false, fmt.Errorf("%w: Idempotency-Key %q was used for job %s, a different request", job.ErrIdempotencyKeyReused, req.IdempotencyKey, snap.ID)
+			}
 			return &snap, false, nil
 		}
 	}
