@@ -41,10 +41,15 @@ func (s *Service) record(j *Job, d policy.Decision, now time.Time) *GuardRecord 
 	if !s.guardEnabled(j.Tenant) {
 		return nil
 	}
-	return &GuardRecord{
+	g := &GuardRecord{
 		Outcome: d.Outcome, Code: d.Code, Rule: d.Rule, Reason: d.Reason,
 		Remaining: d.Remaining, Spend: d.Spend, DecidedAt: now,
 	}
+	if d.RetryAfter > 0 {
+		at := now.Add(d.RetryAfter)
+		g.RetryAt = &at
+	}
+	return g
 }
 
 // refund gives back what the job's decision reserved (the job never ran).
@@ -103,6 +108,9 @@ func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, a
 		Tool: j.Tool, Arguments: j.Args, Effects: slices.Clone(tool.Effects),
 		Rule: d.Rule, Reason: d.Reason, State: ApprovalPending,
 		CreatedAt: j.CreatedAt, ExpiresAt: j.CreatedAt.Add(s.approvalTimeout(j.Tenant)),
+	}
+	if j.Guard != nil {
+		j.Guard.ApprovalID = a.ID
 	}
 	e := s.newEntry(j, tool, args)
 	e.retry, e.hold, e.decided = req.Retry, req.Hold, make(chan struct{})

@@ -165,6 +165,16 @@ func (f *Fake) Start(id string) {
 	f.notifyLocked()
 }
 
+// Hold moves a queued job to pending_approval, waiting for approvalID.
+func (f *Fake) Hold(id, approvalID, reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.jobs[id]
+	e.j.State = job.StatePendingApproval
+	e.j.Guard = &job.GuardRecord{Outcome: "confirm", Rule: "rules[0]", Reason: reason, ApprovalID: approvalID, DecidedAt: now()}
+	f.notifyLocked()
+}
+
 // Output emits a stdout or stderr event.
 func (f *Fake) Output(id string, t job.EventType, data string) {
 	f.mu.Lock()

@@ -68,6 +68,9 @@ type wireJob struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	StartedAt      *time.Time      `json:"started_at,omitempty"`
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	// Guard: the decision, with the approval a pending job waits for and
+	// when a refused call may be retried.
+	Guard *job.GuardRecord `json:"guard,omitempty"`
 }
 
 func (w *wireJob) job() *job.Job {
@@ -75,7 +78,7 @@ func (w *wireJob) job() *job.Job {
 		ID: w.ID, Tenant: w.Tenant, Tool: w.Tool, CallID: w.CallID, Args: w.Arguments,
 		IdempotencyKey: w.IdempotencyKey, Runner: w.Runner, SessionID: w.SessionID, Limits: w.Limits.limits(),
 		State: w.State, Reason: w.Reason, Result: w.Result, Attempts: w.Attempts,
-		CreatedAt: w.CreatedAt, StartedAt: w.StartedAt, FinishedAt: w.FinishedAt,
+		CreatedAt: w.CreatedAt, StartedAt: w.StartedAt, FinishedAt: w.FinishedAt, Guard: w.Guard,
 	}
 }
 
@@ -84,7 +87,7 @@ func toWire(j *job.Job) wireJob {
 		ID: j.ID, Tenant: j.Tenant, Tool: j.Tool, CallID: j.CallID, Arguments: j.Args,
 		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, SessionID: j.SessionID, Limits: fromLimits(j.Limits),
 		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
-		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
+		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, Guard: j.Guard,
 	}
 }
 
