@@ -85,7 +85,19 @@ func (r *Registry) export(f Format, w *Where, names ...string) ([]map[string]any
 	return out, nil
 }
 
+// ReturnDirectField is the extension field of a ReturnDirect tool in the
+// exports: none of the formats has a field of its own for it.
+const ReturnDirectField = "x-return-direct"
+
 func exportTool(f Format, t *Tool) map[string]any {
+	m := exportShape(f, t)
+	if t.ReturnDirect {
+		m[ReturnDirectField] = true
+	}
+	return m
+}
+
+func exportShape(f Format, t *Tool) map[string]any {
 	in := json.RawMessage(slices.Clone(t.InputSchema))
 	switch f {
 	case FormatAnthropic:
@@ -97,8 +109,8 @@ func exportTool(f Format, t *Tool) map[string]any {
 			"inputSchema": in,
 			"annotations": MCPAnnotations(t),
 		}
-		if out := t.OutputSchema; len(out) > 0 && outputIsObject(out) {
-			m["outputSchema"] = json.RawMessage(slices.Clone(out))
+		if _, out := MCPSchemas(t); out != nil {
+			m["outputSchema"] = out
 		}
 		return m
 	default: // FormatOpenAI
@@ -111,6 +123,17 @@ func exportTool(f Format, t *Tool) map[string]any {
 			},
 		}
 	}
+}
+
+// MCPSchemas are t's schemas as MCP lists them (the export above and
+// sandboxd's own MCP server): fresh copies of the input schema, and of the
+// output schema when it describes objects (else nil).
+func MCPSchemas(t *Tool) (in, out json.RawMessage) {
+	in = json.RawMessage(slices.Clone(t.InputSchema))
+	if o := t.OutputSchema; len(o) > 0 && outputIsObject(o) {
+		out = json.RawMessage(slices.Clone(o))
+	}
+	return in, out
 }
 
 // outputIsObject reports whether an output schema describes objects: MCP

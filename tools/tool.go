@@ -3,8 +3,8 @@
 // parsed and validated, and the normalised result every tool returns.
 //
 // tools is a leaf package: it imports only the standard library, the JSON
-// Schema library and internal/netclass (the address checks of
-// http_request's options, itself standard library only). Tools that must run inside a sandbox (exec effect) do not
+// Schema library, internal/ids (call IDs) and internal/netclass (the
+// address checks of http_request's options), both standard library only. Tools that must run inside a sandbox (exec effect) do not
 // run themselves: they describe a Command and the job service runs it through
 // a runner, then turns the process result back into a Result with
 // FromProcess.
@@ -67,6 +67,11 @@ type Tool struct {
 	// after it may have started is retried only when this is set or the
 	// tool spends nothing beyond file_read (see RetrySafe).
 	Idempotent bool `json:"idempotent,omitempty"`
+	// ReturnDirect says the tool's result is the agent's final answer
+	// (LangChain's return_direct, CrewAI's result_as_answer): the schema
+	// exports carry it (x-return-direct) and a turn's answer flags a call
+	// of it, so the agent loop stops instead of asking the model again.
+	ReturnDirect bool `json:"return_direct,omitempty"`
 
 	// Run executes the tool in-process (calculator, http_request, file
 	// tools). args has already been validated against InputSchema.
