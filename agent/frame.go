@@ -12,6 +12,7 @@ import (
 const (
 	typePing      = "ping"
 	typeExec      = "exec"
+	typePrestart  = "prestart"
 	typeCancel    = "cancel"
 	typeREPL      = "repl"
 	typeReadFile  = "read_file"
