@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"io"
 	"path/filepath"
 	"sync"
 
@@ -51,11 +52,12 @@ type pool struct {
 	s    *Service
 	size int
 
-	mu      sync.Mutex
-	keys    map[poolKey]bool
-	ready   map[poolKey][]pooledSandbox
-	filling map[poolKey]int
-	stopped bool
+	mu       sync.Mutex
+	keys     map[poolKey]bool
+	prestart map[poolKey]*tools.Tool // the tool whose command a pooled sandbox of the key starts ahead
+	ready    map[poolKey][]pooledSandbox
+	filling  map[poolKey]int
+	stopped  bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -66,7 +68,7 @@ func newPool(s *Service) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &pool{
 		s: s, size: s.cfg.Pool.Ready(),
-		keys: map[poolKey]bool{}, ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
+		keys: map[poolKey]bool{}, prestart: map[poolKey]*tools.Tool{}, ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
 		ctx: ctx, cancel: cancel,
 	}
 }
@@ -90,6 +92,9 @@ func (p *pool) start() {
 			continue
 		}
 		k := poolKey{iso: policy.Compile(t.Effects).Spec, limits: limits}
+		if t.Name == "python_repl" && !p.s.cfg.Pool.NoPrestart {
+			p.prestart[k] = t
+		}
 		if !p.keys[k] {
 			p.keys[k] = true
 			keys = append(keys, k)
@@ -183,6 +188,9 @@ func (p *pool) create(k poolKey) {
 	if err == nil {
 		sb, err = s.r.Create(p.ctx, spec)
 	}
+	if err == nil {
+		p.startAhead(k, sb)
+	}
 	p.mu.Lock()
 	p.filling[k]--
 	if err != nil {
@@ -203,6 +211,45 @@ func (p *pool) create(k poolKey) {
 	p.ready[k] = append(p.ready[k], pooledSandbox{sb: sb, ws: ws})
 	p.mu.Unlock()
 	s.m.poolReady.WithLabelValues(k.imageLabel()).Inc()
+}
+
+// startAhead starts, in a new pooled sandbox of k, the command of the
+// key's prestarted tool (python_repl's interpreter, which reads its code
+// from stdin) as a job of the tool would run it with the key's limits:
+// the job's Exec then only hands it the code (runner.Prestarter). The
+// sandbox still serves one job; another tool's command finds the
+// interpreter gone. A failure only costs that job the start-up.
+func (p *pool) startAhead(k poolKey, sb runner.Sandbox) {
+	p.mu.Lock()
+	t := p.prestart[k]
+	p.mu.Unlock()
+	ps, ok := sb.(runner.Prestarter)
+	if t == nil || !ok {
+		return
+	}
+	pr, err := prestartProcess(t, k.limits)
+	if err == nil {
+		err = ps.Prestart(p.ctx, pr)
+	}
+	if err != nil && p.ctx.Err() == nil {
+		p.s.log.Debug("pool: prestart", "sandbox", sb.ID(), "tool", t.Name, "err", err)
+	}
+}
+
+// prestartProcess is the process a job of t with default arguments and
+// limits runs (runSandboxed), without its stdin: the code.
+func prestartProcess(t *tools.Tool, limits runner.Limits) (runner.Process, error) {
+	cmd, err := t.Command(map[string]any{"code": "pass"})
+	if err != nil {
+		return runner.Process{}, err
+	}
+	timeout := limits.Timeout
+	if cmd.Timeout > 0 && (timeout == 0 || cmd.Timeout < timeout) {
+		timeout = cmd.Timeout
+	}
+	pr := commandProcess(cmd, t.HasEffect(tools.EffectHTTP), timeout, io.Discard, io.Discard)
+	pr.Stdin = nil
+	return pr, nil
 }
 
 // destroy closes a pooled sandbox and removes its workspace.
