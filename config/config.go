@@ -44,7 +44,7 @@ type Config struct {
 	Addr        string `yaml:"addr" env:"SANDBOXD_ADDR" flag:"addr" check:"hostport" doc:"the API's listen address (HOST:PORT)"`
 	MetricsAddr string `yaml:"metrics_addr" env:"SANDBOXD_METRICS_ADDR" flag:"metrics-addr" check:"hostport" doc:"the Prometheus /metrics listener, without authentication: keep it on loopback or a private network (HOST:PORT; port 0 picks a free one, logged)"`
 	DataDir     string `yaml:"data_dir" env:"SANDBOXD_DATA_DIR" flag:"data-dir" check:"required,abspath" default:"/var/lib/sandboxd as root, else $XDG_DATA_HOME/sandboxd or ~/.local/share/sandboxd" doc:"one sandboxd at a time (sandboxd.lock: a second serve on it exits at once naming the holder's pid); holds sandboxd.db (SQLite: jobs, their events and artifacts, sessions, approvals), run/, docker/ or containerd/ (sandbox state; the container runners' socket paths under it must fit 108 bytes, or serve refuses to start) and workspaces/ (at start, every workspace no live job or session owns is removed)"`
-	LogLevel    string `yaml:"log_level" env:"SANDBOXD_LOG_LEVEL" flag:"log-level" check:"oneof=debug info warn error" doc:"debug, info, warn or error; text to stderr"`
+	LogLevel    string `yaml:"log_level" env:"SANDBOXD_LOG_LEVEL" flag:"log-level" check:"oneof=debug info warn error" doc:"debug, info, warn or error; text to stderr (a line per HTTP request at debug; refused requests at info, server errors at warn)"`
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cancelled.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" check:"positive" doc:"running jobs get this long on SIGTERM, then fail with reason shutdown; queued jobs stay queued and run at the next start"`
