@@ -329,6 +329,15 @@ func (c *Client) Prestart(ctx context.Context, req *ExecRequest) error {
 	return err
 }
 
+// WarmREPL starts the persistent interpreter ahead of the first cell, so
+// that cell does not wait for Python to start. An exec before any cell
+// kills it again (the sandbox then looks as if no REPL had been started);
+// a cell drops a process held by Prestart.
+func (c *Client) WarmREPL(ctx context.Context) error {
+	_, err := c.do(ctx, &frame{Type: typeREPLWarm})
+	return err
+}
+
 // REPL runs a cell in the agent's persistent Python interpreter. Exceptions,
 // timeouts and restarts are reported in REPLResult. Cancelling ctx
 // interrupts the cell like a timeout. onOutput is as for Exec.

@@ -30,6 +30,7 @@ const (
 // same request (held.matches); any other exec discards it first, so the
 // exec sees the sandbox as if nothing had been started ahead of it.
 func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte) (ExecResult, error) {
+	s.repl.dropWarm() // an exec finds no interpreter that no cell used
 	if p := s.takeHeld(); p != nil {
 		if p.matches(req) && p.alive() {
 			return p.finish(ctx, req, emit, stdin)

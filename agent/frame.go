@@ -13,6 +13,7 @@ const (
 	typePing      = "ping"
 	typeExec      = "exec"
 	typePrestart  = "prestart"
+	typeREPLWarm  = "repl_warm"
 	typeCancel    = "cancel"
 	typeREPL      = "repl"
 	typeReadFile  = "read_file"

@@ -154,3 +154,62 @@ func readPid(t *testing.T, path string) int {
 	}
 	return pid
 }
+
+// pyAge is a cell printing how long its interpreter has been running.
+const pyAge = "import os\nst = open('/proc/self/stat').read().rsplit(')', 1)[1].split()\n" +
+	"up = float(open('/proc/uptime').read().split()[0])\nup - int(st[19]) / os.sysconf('SC_CLK_TCK')"
+
+func TestWarmREPL(t *testing.T) {
+	needPython(t)
+	t.Parallel()
+	ctx := testCtx(t, 60*time.Second)
+	age := func(c *Client) float64 {
+		t.Helper()
+		r, err := c.REPL(ctx, REPLRequest{Code: pyAge}, nil)
+		if err != nil || !r.OK || r.Restarted {
+			t.Fatalf("age cell: %+v %v", r, err)
+		}
+		v, err := strconv.ParseFloat(r.Value, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// The first cell runs in the interpreter started ahead.
+	c, _ := startServer(t, ServerOptions{})
+	if err := c.WarmREPL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	if a := age(c); a < 0.5 {
+		t.Errorf("first cell's interpreter is %.3fs old: not the warm one", a)
+	}
+	// Once used, an exec leaves it alone.
+	if _, err := c.Exec(ctx, ExecRequest{Args: []string{"true"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a := age(c); a < 0.5 {
+		t.Errorf("an exec killed a used interpreter (%.3fs old)", a)
+	}
+
+	// An exec before any cell kills the warm interpreter; a cell drops a
+	// held process.
+	c, root := startServer(t, ServerOptions{})
+	if err := c.WarmREPL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	if _, err := c.Exec(ctx, ExecRequest{Args: []string{"true"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(root, "pid")
+	held := ExecRequest{Args: []string{"sh", "-c", `echo $$ >"$1"; exec cat`, "sh", pidFile}}
+	if err := c.Prestart(ctx, &held); err != nil {
+		t.Fatal(err)
+	}
+	pid := waitPidFile(t, pidFile)
+	if a := age(c); a >= 0.5 {
+		t.Errorf("the warm interpreter survived an exec (%.3fs old)", a)
+	}
+	waitGone(t, pid)
+}

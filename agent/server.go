@@ -221,7 +221,7 @@ func (c *connState) dispatch(ctx context.Context, wg *sync.WaitGroup, f frame) e
 	switch f.Type {
 	case typeOutput, typeResult, typeError:
 		return fmt.Errorf("%w: client sent %q", ErrProtocol, f.Type)
-	case typePing, typeExec, typePrestart, typeCancel, typeREPL, typeReadFile, typeWriteFile,
+	case typePing, typeExec, typePrestart, typeREPLWarm, typeCancel, typeREPL, typeReadFile, typeWriteFile,
 		typeListDir, typeStat, typeRemove, typeShutdown:
 	default:
 		c.reply(&frame{ID: f.ID, Type: typeError, Error: fmt.Sprintf("unknown message type %q", f.Type)})
@@ -370,6 +370,14 @@ func (c *connState) handle(ctx context.Context, f frame) *frame {
 			return errFrame(err)
 		}
 		return &frame{Type: typeResult}
+	case typeREPLWarm:
+		if s.opts.disableProcs {
+			return errFrame(errors.New("repl: disabled"))
+		}
+		if err := s.repl.warmUp(); err != nil {
+			return errFrame(err)
+		}
+		return &frame{Type: typeResult}
 	case typeREPL:
 		if f.REPL == nil {
 			return errFrame(errors.New("repl: missing request"))
@@ -377,6 +385,7 @@ func (c *connState) handle(ctx context.Context, f frame) *frame {
 		if s.opts.disableProcs {
 			return errFrame(errors.New("repl: disabled"))
 		}
+		s.dropHeld() // a cell finds no process held for an exec
 		res, err := s.repl.run(ctx, *f.REPL, c.emitter(f.ID))
 		if err != nil {
 			return errFrame(err)
