@@ -234,6 +234,46 @@ func (p *pool) startAhead(k poolKey, sb runner.Sandbox) {
 	if err != nil && p.ctx.Err() == nil {
 		p.s.log.Debug("pool: prestart", "sandbox", sb.ID(), "tool", t.Name, "err", err)
 	}
+	// A session may take the sandbox: its REPL's interpreter too (a
+	// one-shot job's Exec kills it before it runs).
+	if as, ok := sb.(runner.AgentSandbox); ok && as.Agent() != nil {
+		if err := as.Agent().WarmREPL(p.ctx); err != nil && p.ctx.Err() == nil {
+			p.s.log.Debug("pool: warm the REPL", "sandbox", sb.ID(), "err", err)
+		}
+	}
+}
+
+// pooledSessionSandbox gives a new session a pooled sandbox when one
+// fits it: the same image, isolation (its effects, without http: pooled
+// profiles have no egress) and limits, and a workspace of its own made
+// with those limits, which becomes the session's (ls.dir, ls.ws). The
+// image was held to the allowlist before (CreateSession). The process
+// held for a one-shot call is dropped; the warm REPL is the session's.
+// ok is false when none fits or is ready: the caller creates one.
+func (s *Service) pooledSessionSandbox(ctx context.Context, ls *liveSession, spec runner.SandboxSpec) (runner.Sandbox, bool) {
+	if spec.Egress != nil {
+		return nil, false
+	}
+	k := poolKey{image: ls.sess.Image, iso: spec.Isolation, limits: ls.sess.Limits}
+	ps, ok, _ := s.pool.take(k)
+	if !ok {
+		return nil, false
+	}
+	if ps.ws == nil { // a session always has a workspace (uploads)
+		s.releases.Go(func() { s.pool.destroy(ps); s.pool.refillAll() })
+		return nil, false
+	}
+	if as, ok := ps.sb.(runner.AgentSandbox); ok && as.Agent() != nil {
+		if err := as.Agent().Prestart(ctx, nil); err != nil {
+			s.log.Debug("pool: drop the held process", "sandbox", ps.sb.ID(), "err", err)
+		}
+	}
+	// The pooled sandbox was counted alive when it was made; the
+	// session's reservation is one too many.
+	s.alive.Add(-1)
+	s.m.sandboxesAlive.Dec()
+	ls.dir, ls.ws = ps.ws.Dir, ps.ws
+	return ps.sb, true
 }
 
 // prestartProcess is the process a job of t with default arguments and

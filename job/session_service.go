@@ -272,6 +272,9 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
+	if sb, ok := s.pooledSessionSandbox(ctx, ls, spec); ok {
+		return sb, nil
+	}
 	// Always a workspace, also when the sandbox does not see it: uploads
 	// go there.
 	ws, err := s.newWorkspace(ctx, ls.dir, sess.Limits, spec.Isolation.Workspace)
