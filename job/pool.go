@@ -106,9 +106,19 @@ func (p *pool) start() {
 	}
 }
 
+// takeHit is take counting a hit but no miss (sessions).
+func (p *pool) takeHit(k poolKey) (pooledSandbox, bool) {
+	ps, ok, _ := p.takeCounting(k, false)
+	return ps, ok
+}
+
 // take returns a ready sandbox of key. pooled is false when key is not a
 // pooled profile (no hit or miss is counted).
 func (p *pool) take(k poolKey) (ps pooledSandbox, ok, pooled bool) {
+	return p.takeCounting(k, true)
+}
+
+func (p *pool) takeCounting(k poolKey, countMiss bool) (ps pooledSandbox, ok, pooled bool) {
 	if !p.enabled() {
 		return ps, false, false
 	}
@@ -126,7 +136,7 @@ func (p *pool) take(k poolKey) (ps pooledSandbox, ok, pooled bool) {
 	if ok {
 		p.s.m.poolHits.Inc()
 		p.s.m.poolReady.WithLabelValues(k.imageLabel()).Dec()
-	} else {
+	} else if countMiss {
 		p.s.m.poolMisses.Inc()
 	}
 	p.refill(k)
@@ -243,37 +253,40 @@ func (p *pool) startAhead(k poolKey, sb runner.Sandbox) {
 	}
 }
 
-// pooledSessionSandbox gives a new session a pooled sandbox when one
-// fits it: the same image, isolation (its effects, without http: pooled
-// profiles have no egress) and limits, and a workspace of its own made
-// with those limits, which becomes the session's (ls.dir, ls.ws). The
-// image was held to the allowlist before (CreateSession). The process
-// held for a one-shot call is dropped; the warm REPL is the session's.
-// ok is false when none fits or is ready: the caller creates one.
-func (s *Service) pooledSessionSandbox(ctx context.Context, ls *liveSession, spec runner.SandboxSpec) (runner.Sandbox, bool) {
-	if spec.Egress != nil {
-		return nil, false
+// takePooledSession takes for a new session a pooled sandbox that fits
+// it: the same image, isolation (its effects, without http: pooled
+// profiles have no egress) and limits, with a workspace of its own made
+// with those limits. The image was held to the allowlist before
+// (CreateSession). nil when none fits or is ready (no miss is counted:
+// misses are one-shot jobs'); the caller creates a sandbox then.
+func (s *Service) takePooledSession(ls *liveSession) *pooledSandbox {
+	iso := policy.Compile(ls.sess.Effects).Spec
+	if iso.Network != runner.NetworkNone {
+		return nil
 	}
-	k := poolKey{image: ls.sess.Image, iso: spec.Isolation, limits: ls.sess.Limits}
-	ps, ok, _ := s.pool.take(k)
+	ps, ok := s.pool.takeHit(poolKey{image: ls.sess.Image, iso: iso, limits: ls.sess.Limits})
 	if !ok {
-		return nil, false
+		return nil
 	}
 	if ps.ws == nil { // a session always has a workspace (uploads)
 		s.releases.Go(func() { s.pool.destroy(ps); s.pool.refillAll() })
-		return nil, false
+		return nil
 	}
+	return &ps
+}
+
+// usePooledSession makes ls's pooled sandbox the session's: its workspace
+// becomes the session's (ls.dir, ls.ws) and the process held for a
+// one-shot call is dropped; the REPL the pool warmed is the session's.
+func (s *Service) usePooledSession(ctx context.Context, ls *liveSession) runner.Sandbox {
+	ps := ls.pooled
 	if as, ok := ps.sb.(runner.AgentSandbox); ok && as.Agent() != nil {
 		if err := as.Agent().Prestart(ctx, nil); err != nil {
 			s.log.Debug("pool: drop the held process", "sandbox", ps.sb.ID(), "err", err)
 		}
 	}
-	// The pooled sandbox was counted alive when it was made; the
-	// session's reservation is one too many.
-	s.alive.Add(-1)
-	s.m.sandboxesAlive.Dec()
 	ls.dir, ls.ws = ps.ws.Dir, ps.ws
-	return ps.sb, true
+	return ps.sb
 }
 
 // prestartProcess is the process a job of t with default arguments and

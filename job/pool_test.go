@@ -111,13 +111,17 @@ func TestPoolMissAndRefillAfterCap(t *testing.T) {
 	t.Parallel()
 	h := newSessHarness(t, nil, job.Config{Pool: config.Pool{Size: ptr(1), MaxSandboxes: 1}})
 	eventually(t, "pre-warm", func() bool { return h.fr.Created() == 1 })
-	// The session takes the only slot: the pooled sandbox is evicted.
+	// The session takes the only slot: the pooled sandbox, which fits it
+	// (a hit, nothing created or closed).
 	s, err := h.svc.CreateSession(t.Context(), "acme", job.SessionRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.fr.Closed() != 1 {
-		t.Fatalf("pooled sandbox not evicted: closed %d", h.fr.Closed())
+	if h.fr.Closed() != 0 || h.fr.Created() != 1 {
+		t.Fatalf("the session did not take the pooled sandbox: created %d closed %d", h.fr.Created(), h.fr.Closed())
+	}
+	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_hits_total")); got != 1 {
+		t.Fatalf("hits = %v", got)
 	}
 	// A second session does not fit.
 	if _, err := h.svc.CreateSession(t.Context(), "acme", job.SessionRequest{}); !errors.Is(err, job.ErrSessionLimit) {
@@ -141,7 +145,7 @@ func TestPoolMissAndRefillAfterCap(t *testing.T) {
 	if j := h.run(t, "acme", "", "sh", `{"cmd":"true"}`); j.State != job.StateSucceeded {
 		t.Fatalf("job: %+v", j.Result)
 	}
-	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_hits_total")); got != 1 {
+	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_hits_total")); got != 2 { // the session's and this job's
 		t.Fatalf("hits = %v", got)
 	}
 	eventually(t, "refill after the hit", func() bool { return h.fr.Created()-h.fr.Closed() == 1 })
