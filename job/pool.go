@@ -21,10 +21,11 @@ type poolKey struct {
 	image  string
 	iso    *runner.Isolation
 	limits runner.Limits
+	tenant string // the tenant's parent cgroup (Service.tenantCPU), "" for none
 }
 
 func keyOf(spec runner.SandboxSpec) poolKey {
-	return poolKey{image: spec.Image, iso: spec.Isolation, limits: spec.Limits}
+	return poolKey{image: spec.Image, iso: spec.Isolation, limits: spec.Limits, tenant: spec.Tenant}
 }
 
 // imageLabel is the pool_ready label: the image only, to keep cardinality
@@ -47,17 +48,22 @@ type pooledSandbox struct {
 //
 // Pooled keys are the default profile (no image, default limits, no
 // network) of every registered sandboxed tool without the http effect,
-// computed at Start. Jobs with other limits create fresh sandboxes.
+// computed at Start. Jobs with other limits create fresh sandboxes. When
+// sandboxes are grouped by tenant (Service.tenantCPU), a pooled sandbox
+// is in its tenant's cgroup from its creation: those profiles are
+// templates, and a tenant's first job of one (a miss) makes it a pooled
+// key of that tenant.
 type pool struct {
 	s    *Service
 	size int
 
-	mu       sync.Mutex
-	keys     map[poolKey]bool
-	prestart map[poolKey]*tools.Tool // the tool whose command a pooled sandbox of the key starts ahead
-	ready    map[poolKey][]pooledSandbox
-	filling  map[poolKey]int
-	stopped  bool
+	mu        sync.Mutex
+	keys      map[poolKey]bool
+	templates map[poolKey]bool        // per-tenant pools: keys without the tenant
+	prestart  map[poolKey]*tools.Tool // by key without the tenant: the tool whose command a pooled sandbox starts ahead
+	ready     map[poolKey][]pooledSandbox
+	filling   map[poolKey]int
+	stopped   bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -68,7 +74,8 @@ func newPool(s *Service) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &pool{
 		s: s, size: s.cfg.Pool.Ready(),
-		keys: map[poolKey]bool{}, prestart: map[poolKey]*tools.Tool{}, ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
+		keys: map[poolKey]bool{}, templates: map[poolKey]bool{}, prestart: map[poolKey]*tools.Tool{},
+		ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
 		ctx: ctx, cancel: cancel,
 	}
 }
@@ -94,6 +101,10 @@ func (p *pool) start() {
 		k := poolKey{iso: policy.Compile(t.Effects).Spec, limits: limits}
 		if t.Name == "python_repl" && !p.s.cfg.Pool.NoPrestart {
 			p.prestart[k] = t
+		}
+		if p.s.tenantCPU() {
+			p.templates[k] = true
+			continue
 		}
 		if !p.keys[k] {
 			p.keys[k] = true
@@ -123,6 +134,10 @@ func (p *pool) takeCounting(k poolKey, countMiss bool) (ps pooledSandbox, ok, po
 		return ps, false, false
 	}
 	p.mu.Lock()
+	if t := k; !p.keys[k] && t.tenant != "" {
+		t.tenant = ""
+		p.keys[k] = p.templates[t] // the tenant's first: a miss, and a pool from now on
+	}
 	if !p.keys[k] || p.stopped {
 		p.mu.Unlock()
 		return ps, false, false
@@ -184,6 +199,7 @@ func (p *pool) create(k poolKey) {
 		ID: id, Image: k.image, Isolation: k.iso,
 		Limits: k.limits, Labels: map[string]string{"pool": k.imageLabel()},
 	}
+	s.tenantSpec(&spec, k.tenant)
 	// The workspace's filesystem is made here, ahead of the job, like
 	// the sandbox.
 	var ws *workspace.Workspace
@@ -231,7 +247,9 @@ func (p *pool) create(k poolKey) {
 // interpreter gone. A failure only costs that job the start-up.
 func (p *pool) startAhead(k poolKey, sb runner.Sandbox) {
 	p.mu.Lock()
-	t := p.prestart[k]
+	tk := k
+	tk.tenant = ""
+	t := p.prestart[tk]
 	p.mu.Unlock()
 	ps, ok := sb.(runner.Prestarter)
 	if t == nil || !ok {
@@ -264,7 +282,11 @@ func (s *Service) takePooledSession(ls *liveSession) *pooledSandbox {
 	if iso.Network != runner.NetworkNone {
 		return nil
 	}
-	ps, ok := s.pool.takeHit(poolKey{image: ls.sess.Image, iso: iso, limits: ls.sess.Limits})
+	k := poolKey{image: ls.sess.Image, iso: iso, limits: ls.sess.Limits}
+	if s.tenantCPU() { // pooled sandboxes are in their tenant's CPU group
+		k.tenant = ls.sess.Tenant
+	}
+	ps, ok := s.pool.takeHit(k)
 	if !ok {
 		return nil
 	}

@@ -117,11 +117,11 @@ func Open(path string) (*SQLite, error) {
 		stmt string
 	}{
 		{s.w, &s.insert, `INSERT INTO jobs (` + jobColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{s.w, &s.update, `UPDATE jobs SET
 		tool = ?, call_id = ?, args = ?, idempotency_key = ?, runner = ?, limits = ?,
 		state = ?, reason = ?, result = ?, attempts = ?, started_at = ?, finished_at = ?,
-		guard = ?, egress = ?, callback = ?
+		guard = ?, egress = ?, callback = ?, tags = ?, metadata = ?
 		WHERE id = ?`},
 		{s.db, &s.get, `SELECT ` + jobColumns + ` FROM jobs WHERE id = ?`},
 	} {
@@ -213,7 +213,7 @@ func (s *SQLite) Close() error {
 
 const jobColumns = `id, tenant, tool, call_id, args, idempotency_key, runner, limits,
 	state, reason, result, attempts, created_at, started_at, finished_at, session_id,
-	guard, egress, callback`
+	guard, egress, callback, tags, metadata`
 
 // Create implements job.Store.
 func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
@@ -225,7 +225,7 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 		_, err := tx.StmtContext(ctx, s.insert).ExecContext(ctx,
 			r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 			r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-			r.guard, r.egress, r.callback)
+			r.guard, r.egress, r.callback, r.tags, r.metadata)
 		return err
 	})
 	if isConstraint(err) {
@@ -269,7 +269,8 @@ func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
 	err = s.group.Do(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.StmtContext(ctx, s.update).ExecContext(ctx,
 			r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
-			r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback, r.id)
+			r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback,
+			r.tags, r.metadata, r.id)
 		if err == nil {
 			n, err = res.RowsAffected()
 		}
@@ -292,7 +293,7 @@ func (s *SQLite) List(ctx context.Context, tenant string, f job.ListFilter) ([]*
 	return listPage(ctx, s.db, page{
 		what: "jobs", table: "jobs", columns: jobColumns, tenant: tenant, allTenants: tenant == job.AllTenants,
 		eq:    [][2]string{{"tool", f.Tool}, {"state", string(f.State)}, {"session_id", f.SessionID}},
-		since: f.Since, until: f.Until,
+		since: f.Since, until: f.Until, labels: f.LabelFilter,
 		limit: f.Limit, cursor: f.Cursor,
 	}, scanJobs, func(j *job.Job) (time.Time, string) { return j.CreatedAt, j.ID })
 }
@@ -349,6 +350,7 @@ type row struct {
 	startedAt, finishedAt          sql.NullInt64
 	sessionID                      string
 	guard, egress, callback        sql.NullString
+	tags, metadata                 sql.NullString
 }
 
 func toRow(j *job.Job) (row, error) {
@@ -399,6 +401,9 @@ func toRow(j *job.Job) (row, error) {
 		}
 		r.callback = sql.NullString{String: string(b), Valid: true}
 	}
+	if r.tags, r.metadata, err = encodeLabels(j.Tags, j.Metadata); err != nil {
+		return row{}, err
+	}
 	if j.StartedAt != nil {
 		r.startedAt = sql.NullInt64{Int64: j.StartedAt.UnixNano(), Valid: true}
 	}
@@ -414,7 +419,7 @@ func scanJob(sc scanner) (*job.Job, error) {
 	var r row
 	err := sc.Scan(&r.id, &r.tenant, &r.tool, &r.callID, &r.args, &r.idemKey, &r.runner, &r.limits,
 		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt, &r.sessionID,
-		&r.guard, &r.egress, &r.callback)
+		&r.guard, &r.egress, &r.callback, &r.tags, &r.metadata)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, job.ErrNotFound
 	}
@@ -457,6 +462,9 @@ func scanJob(sc scanner) (*job.Job, error) {
 		if err := json.Unmarshal([]byte(r.callback.String), j.Callback); err != nil {
 			return nil, fmt.Errorf("decode callback of job %s: %w", r.id, err)
 		}
+	}
+	if j.Tags, j.Metadata, err = decodeLabels(r.tags, r.metadata); err != nil {
+		return nil, fmt.Errorf("job %s: %w", r.id, err)
 	}
 	if r.startedAt.Valid {
 		t := time.Unix(0, r.startedAt.Int64).UTC()
