@@ -165,6 +165,9 @@ type Pool struct {
 	Size *int `yaml:"size" env:"SANDBOXD_POOL_SIZE" check:"nonnegative" default:"unset: 2 (a container takes ~200 ms to create, a local sandbox ~17 ms)" doc:"ready sandboxes per pooled profile (the default profile of python_repl and bash); 0 disables the pool"`
 	// MaxSandboxes caps the sandboxes alive (sessions, pooled, in use).
 	MaxSandboxes int `yaml:"max_sandboxes" env:"SANDBOXD_MAX_SANDBOXES" check:"positive" doc:"sandboxes alive at once (sessions, pooled and in use): the pool stops refilling and new sessions get 429 past it"`
+	// MaxReady and MemoryBudget bound the pool's growth after misses.
+	MaxReady     int   `yaml:"max_ready" env:"SANDBOXD_POOL_MAX_READY" check:"nonnegative" default:"0: pool.size, no growth" doc:"the most ready sandboxes a pooled profile grows to after misses (doubling from pool.size at each miss, back down by one each idle minute without a miss); within pool.max_sandboxes and pool.memory_budget_bytes"`
+	MemoryBudget int64 `yaml:"memory_budget_bytes" env:"SANDBOXD_POOL_MEMORY_BUDGET" check:"nonnegative" default:"0: none" doc:"the memory limits of a profile's ready and refilling sandboxes, summed, stay within this when the pool grows (pool.size itself is always kept)"`
 	// NoPrestart keeps pooled sandboxes from starting python_repl's
 	// interpreter ahead of their job (the slower path, for comparison).
 	NoPrestart bool `yaml:"no_prestart" env:"SANDBOXD_POOL_NO_PRESTART" doc:"do not start python_repl's interpreter in pooled sandboxes ahead of their job (a one-shot call then starts Python itself: about 15-25 ms more)"`

@@ -196,7 +196,8 @@ func BenchmarkFastPaths(b *testing.B) {
 	b.Run("burst/docker", func(b *testing.B) {
 		needDocker(b)
 		const size = 50
-		s := startServer(b, dockerConfig(""))
+		// pool.max_ready lets the pool grow after the burst's first misses.
+		s := startServer(b, dockerConfig("pool:\n  size: 2\n  max_ready: 8\n"))
 		defer s.stop(syscall.SIGTERM)
 		label := fmt.Sprintf("sandboxd-bench-burst=%d", os.Getpid())
 		defer func() {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/internal/workspace"
@@ -64,6 +65,13 @@ type pool struct {
 	ready     map[poolKey][]pooledSandbox
 	filling   map[poolKey]int
 	stopped   bool
+	// target is a key's ready sandboxes (default size): doubled at each
+	// miss up to maxReady and the memory budget, down by one each
+	// shrinkEvery without a miss (grow, shrink).
+	target   map[poolKey]int
+	lastMiss map[poolKey]time.Time
+	maxReady int
+	shrink   time.Duration // shrinkEvery when the pool was made
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -76,6 +84,7 @@ func newPool(s *Service) *pool {
 		s: s, size: s.cfg.Pool.Ready(),
 		keys: map[poolKey]bool{}, templates: map[poolKey]bool{}, prestart: map[poolKey]*tools.Tool{},
 		ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
+		target: map[poolKey]int{}, lastMiss: map[poolKey]time.Time{}, maxReady: max(s.cfg.Pool.MaxReady, s.cfg.Pool.Ready()), shrink: shrinkEvery,
 		ctx: ctx, cancel: cancel,
 	}
 }
@@ -112,6 +121,9 @@ func (p *pool) start() {
 		}
 	}
 	p.mu.Unlock()
+	if p.maxReady > p.size {
+		p.wg.Go(p.shrinkLoop)
+	}
 	for _, k := range keys {
 		p.refill(k)
 	}
@@ -153,6 +165,7 @@ func (p *pool) takeCounting(k poolKey, countMiss bool) (ps pooledSandbox, ok, po
 		p.s.m.poolReady.WithLabelValues(k.imageLabel()).Dec()
 	} else if countMiss {
 		p.s.m.poolMisses.Inc()
+		p.grow(k)
 	}
 	p.refill(k)
 	return ps, ok, true
@@ -175,6 +188,61 @@ func (p *pool) refillAll() {
 	}
 }
 
+// targetLocked is k's ready sandboxes to keep. Call with p.mu held.
+func (p *pool) targetLocked(k poolKey) int {
+	if t, ok := p.target[k]; ok {
+		return t
+	}
+	return p.size
+}
+
+// grow doubles k's target after a miss, within maxReady and the memory
+// budget (the cap on sandboxes alive bounds every refill anyway).
+func (p *pool) grow(k poolKey) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := min(max(2*p.targetLocked(k), 1), p.maxReady)
+	if b, m := p.s.cfg.Pool.MemoryBudget, k.limits.MemoryBytes; b > 0 && m > 0 {
+		t = min(t, max(int(b/m), p.size))
+	}
+	p.target[k] = max(t, p.targetLocked(k))
+	p.lastMiss[k] = time.Now()
+}
+
+// shrinkEvery is how long a grown key goes without a miss before its
+// target drops by one (and a ready sandbox past it is destroyed).
+var shrinkEvery = time.Minute
+
+// shrinkLoop lowers grown targets while no job misses.
+func (p *pool) shrinkLoop() {
+	t := time.NewTicker(p.shrink)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		}
+		var extra []pooledSandbox
+		p.mu.Lock()
+		for k, n := range p.target {
+			if n <= p.size || time.Since(p.lastMiss[k]) < p.shrink {
+				continue
+			}
+			p.target[k] = n - 1
+			if q := p.ready[k]; len(q) > n-1 {
+				extra = append(extra, q[len(q)-1])
+				p.ready[k] = q[:len(q)-1]
+				p.s.m.poolReady.WithLabelValues(k.imageLabel()).Dec()
+			}
+		}
+		p.mu.Unlock()
+		for _, ps := range extra {
+			p.destroy(ps)
+		}
+	}
+}
+
 // refill starts creating sandboxes until key has size ready or being
 // created, or the sandbox cap is reached.
 func (p *pool) refill(k poolKey) {
@@ -183,7 +251,7 @@ func (p *pool) refill(k poolKey) {
 	if p.stopped {
 		return
 	}
-	for len(p.ready[k])+p.filling[k] < p.size {
+	for len(p.ready[k])+p.filling[k] < p.targetLocked(k) {
 		if !p.s.reserveSandbox(false) {
 			return
 		}

@@ -152,3 +152,66 @@ func TestPoolMissAndRefillAfterCap(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The pool grows after misses (doubling up to pool.max_ready), within the
+// memory budget, and shrinks back to pool.size while nothing misses.
+func TestPoolGrowsAndShrinks(t *testing.T) {
+	restore := job.SetShrinkEvery(300 * time.Millisecond)
+	defer restore()
+	h := newSessHarness(t, nil, job.Config{Pool: config.Pool{Size: ptr(1), MaxReady: 4, MaxSandboxes: 32}})
+	eventually(t, "pre-warm", func() bool { return h.fr.Created() == 1 })
+	alive := func() int { return h.fr.Created() - h.fr.Closed() }
+	// A burst: one hit, then misses.
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			h.run(t, "acme", "", "sh", `{"cmd":"true"}`)
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	misses := int(testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_misses_total")))
+	if misses < 1 {
+		t.Fatalf("misses = %v", misses)
+	}
+	want := min(1<<misses, 4) // doubled at each miss, up to pool.max_ready
+	eventually(t, "grown after the misses", func() bool {
+		return testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")) == float64(want) && alive() == want
+	})
+	time.Sleep(200 * time.Millisecond)
+	if a := alive(); a > 4 {
+		t.Fatalf("%d sandboxes alive past pool.max_ready 4", a)
+	}
+	// No misses: back down to pool.size, one step per interval.
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")) != 1 || alive() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("did not shrink: ready %v alive %d", testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")), alive())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// A memory budget of two sandboxes' limits caps the growth at 2.
+	hb := newSessHarness(t, nil, job.Config{Pool: config.Pool{Size: ptr(1), MaxReady: 8, MaxSandboxes: 32, MemoryBudget: 2 << 30},
+		Limits: config.Limits{Defaults: runner.Limits{MemoryBytes: 1 << 30}}})
+	eventually(t, "pre-warm", func() bool { return hb.fr.Created() == 1 })
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			hb.run(t, "acme", "", "sh", `{"cmd":"true"}`)
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	eventually(t, "grown to the budget", func() bool {
+		return testutil.ToFloat64(mustGauge(t, hb.prom, "sandboxd_pool_ready")) == 2 ||
+			testutil.ToFloat64(mustGauge(t, hb.prom, "sandboxd_pool_misses_total")) == 0
+	})
+	time.Sleep(200 * time.Millisecond)
+	if r := testutil.ToFloat64(mustGauge(t, hb.prom, "sandboxd_pool_ready")); r > 2 {
+		t.Fatalf("ready %v past the memory budget of 2", r)
+	}
+}
