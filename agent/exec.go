@@ -239,10 +239,11 @@ func (p *proc) finish(ctx context.Context, req ExecRequest, emit func(string, []
 		timeout = t.C
 	}
 	var timedOut bool
+	var killedAt time.Time
 	select {
 	case <-p.waitDone:
 	case <-timeout:
-		timedOut = true
+		timedOut, killedAt = true, time.Now()
 		p.killGroup()
 		<-p.waitDone
 	case <-ctx.Done():
@@ -253,7 +254,7 @@ func (p *proc) finish(ctx context.Context, req ExecRequest, emit func(string, []
 	p.killGroup() // leftovers in the group
 	p.drain()
 
-	res := ExecResult{TimedOut: timedOut, Duration: time.Since(begin)}
+	res := ExecResult{TimedOut: timedOut, Duration: time.Since(begin), KilledAt: killedAt}
 	res.Stdout, res.StdoutTruncated = p.streams[0].buf.Bytes()
 	res.Stderr, res.StderrTruncated = p.streams[1].buf.Bytes()
 	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
