@@ -1,6 +1,9 @@
 // Package api serves sandboxd's HTTP API: jobs (submit, get, list, cancel,
-// server-sent events), sessions, approvals, the tool catalogue, the
-// dashboard's scoped numbers, health and the OpenAPI document. It talks to the job service only through JobService.
+// server-sent events, timeline, artifacts), model turns (/v1/tool-calls),
+// sessions (files, archives), approvals, the tool catalogue and its reload
+// (/v1/admin), the console's scoped numbers and series, health and the
+// OpenAPI document. It talks to the job service only through JobService;
+// every error's HTTP status is decided in one switch (errors.go).
 package api
 
 import (

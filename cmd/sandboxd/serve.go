@@ -78,6 +78,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := markIdempotent(reg, cfg.Tools.Idempotent); err != nil {
 		return err
 	}
+	if err := markReturnDirect(reg, cfg.Tools.ReturnDirect); err != nil {
+		return err
+	}
 	// The job service resolves every limit of every sandbox it asks for
 	// (config.Limits.Resolve: up to the ceilings). The runners' own Config.
 	// Defaults fill zero fields and, on the container runners, clip larger
@@ -107,6 +110,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	svc, err := job.New(job.Config{
 		Queue:       cfg.Queue,
+		Shares:      cfg.TenantShares(),
+		Tenants:     len(cfg.Tenants),
 		Limits:      lim,
 		Sessions:    cfg.Sessions,
 		Pool:        cfg.Pool,
@@ -131,6 +136,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		// A turn's callback: the batch as GET /v1/tool-calls/{id} shows it.
 		TurnCallbackBody: api.TurnCallbackBody,
 		Turns:            cfg.Turns,
+		Labels:           cfg.Labels,
 	}, st, reg, r)
 	if err != nil {
 		return err
