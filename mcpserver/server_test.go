@@ -99,7 +99,9 @@ func obj(props string) json.RawMessage {
 	return json.RawMessage(`{"type":"object","properties":{` + props + `}}`)
 }
 
-func newFake(t *testing.T) *fakeBackend {
+func newFake(t *testing.T) *fakeBackend { return newFakeB(t) }
+
+func newFakeB(t testing.TB) *fakeBackend {
 	t.Helper()
 	reg := tools.NewRegistry()
 	for _, tl := range []*tools.Tool{
