@@ -71,9 +71,10 @@ type Options struct {
 // registry as it is when the session starts, its resources the session's
 // artifacts).
 type Server struct {
-	b    Backend
-	opts Options
-	log  *slog.Logger
+	b      Backend
+	opts   Options
+	log    *slog.Logger
+	sdkLog *slog.Logger // the SDK's: warnings and errors only
 
 	mu       sync.Mutex
 	handlers map[string]*mcp.StreamableHTTPHandler // by tenant
@@ -90,8 +91,21 @@ func New(b Backend, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Server{b: b, opts: opts, log: opts.Logger, handlers: map[string]*mcp.StreamableHTTPHandler{}}
+	return &Server{b: b, opts: opts, log: opts.Logger, sdkLog: slog.New(warnAndAbove{opts.Logger.Handler()}),
+		handlers: map[string]*mcp.StreamableHTTPHandler{}}
 }
+
+// warnAndAbove keeps the SDK's warnings and errors (its info lines, a
+// session connected or disconnected, would repeat the access log).
+type warnAndAbove struct{ slog.Handler }
+
+func (w warnAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+func (w warnAndAbove) WithAttrs(a []slog.Attr) slog.Handler {
+	return warnAndAbove{w.Handler.WithAttrs(a)}
+}
+func (w warnAndAbove) WithGroup(n string) slog.Handler { return warnAndAbove{w.Handler.WithGroup(n)} }
 
 // HandlerFor is the Streamable HTTP handler of one tenant's MCP sessions.
 // Each tenant has its own, so a session ID is only found with a key of the
@@ -102,7 +116,7 @@ func (s *Server) HandlerFor(tenant string) http.Handler {
 	h := s.handlers[tenant]
 	if h == nil {
 		h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.newMCPServer(tenant) },
-			&mcp.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: s.log})
+			&mcp.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: s.sdkLog})
 		s.handlers[tenant] = h
 	}
 	return h
@@ -136,7 +150,7 @@ type conn struct {
 func (s *Server) newMCPServer(tenant string) *mcp.Server {
 	c := &conn{s: s, tenant: tenant, resources: map[string]bool{}}
 	c.srv = mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Version: s.opts.Version}, &mcp.ServerOptions{
-		Logger:       s.log,
+		Logger:       s.sdkLog,
 		HasTools:     true,
 		HasResources: true,
 		Instructions: "sandboxd runs tool calls in sandboxes. Calls of tools that run code or touch files share one " +
