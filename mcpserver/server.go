@@ -78,6 +78,8 @@ type Server struct {
 
 	mu       sync.Mutex
 	handlers map[string]*mcp.StreamableHTTPHandler // by tenant
+	ending   int                                   // sandboxd sessions being closed (end)
+	ended    *sync.Cond                            // on mu: ending went down
 }
 
 // New returns a server over b.
@@ -91,8 +93,21 @@ func New(b Backend, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Server{b: b, opts: opts, log: opts.Logger, sdkLog: slog.New(warnAndAbove{opts.Logger.Handler()}),
+	srv := &Server{b: b, opts: opts, log: opts.Logger, sdkLog: slog.New(warnAndAbove{opts.Logger.Handler()}),
 		handlers: map[string]*mcp.StreamableHTTPHandler{}}
+	srv.ended = sync.NewCond(&srv.mu)
+	return srv
+}
+
+// Wait returns when no MCP session's sandboxd session is being closed
+// (the daemon calls it before it exits, so that a close begun as an MCP
+// session ended finishes: its sandbox and workspace released).
+func (s *Server) Wait() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.ending > 0 {
+		s.ended.Wait()
+	}
 }
 
 // warnAndAbove keeps the SDK's warnings and errors (its info lines, a
@@ -216,6 +231,15 @@ func (c *conn) watch(ss *mcp.ServerSession) {
 	c.mu.Unlock()
 	go func() {
 		_ = ss.Wait()
+		c.s.mu.Lock()
+		c.s.ending++
+		c.s.mu.Unlock()
+		defer func() {
+			c.s.mu.Lock()
+			c.s.ending--
+			c.s.ended.Broadcast()
+			c.s.mu.Unlock()
+		}()
 		c.end()
 	}()
 }
