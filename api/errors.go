@@ -31,6 +31,7 @@ const (
 	CodeSessionClosed    = "session_closed"
 	CodeUnsupported      = "unsupported"
 	CodeWorkspaceFull    = "workspace_full"
+	CodeStoreUnavailable = "store_unavailable"
 )
 
 // Error is an API error: an HTTP status and the JSON error body. Handlers
@@ -108,6 +109,8 @@ func (s *server) classify(err error) *Error {
 			retry = 1
 		}
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull, Message: "the job queue is full; retry later", RetryAfter: retry}
+	case errors.Is(err, job.ErrStoreUnavailable):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeStoreUnavailable, Message: "the job store is unavailable; nothing was recorded, retry later", RetryAfter: 2}
 	case errors.Is(err, job.ErrShutdown):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Message: "the service is shutting down", RetryAfter: 5}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

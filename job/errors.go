@@ -38,6 +38,10 @@ var (
 	ErrUnsupported = errors.New("not supported")
 	// ErrTooLarge: an upload exceeds the configured size.
 	ErrTooLarge = errors.New("too large")
+	// ErrStoreUnavailable: the store cannot take the write or read now
+	// (the database is unreachable, shutting down or full); nothing was
+	// written. 503 with Retry-After: new work waits until it is back.
+	ErrStoreUnavailable = errors.New("store unavailable")
 )
 
 // Errors that stay inside the package.
