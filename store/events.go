@@ -25,7 +25,7 @@ func (s *SQLite) AppendEvents(ctx context.Context, evs []job.EventRecord) (err e
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("append events: %w", err)
+		return fmt.Errorf("append events: %w", sqliteErr(err))
 	}
 	defer func() {
 		if err != nil {
@@ -49,12 +49,12 @@ func (s *SQLite) AppendEvents(ctx context.Context, evs []job.EventRecord) (err e
 			if isForeignKey(err) {
 				return fmt.Errorf("append events: %w: no such job", job.ErrNotFound)
 			}
-			return fmt.Errorf("append events: %w", err)
+			return fmt.Errorf("append events: %w", sqliteErr(err))
 		}
 		evs = evs[n:]
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("append events: %w", err)
+		return fmt.Errorf("append events: %w", sqliteErr(err))
 	}
 	return nil
 }
@@ -96,4 +96,19 @@ func (s *SQLite) ListEvents(ctx context.Context, jobID string, after, limit int)
 func isForeignKey(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+// sqliteErr marks a write SQLite could not take because the database is
+// full (the disk, or max_page_count) or its file cannot be written as
+// job.ErrStoreUnavailable: the API answers 503 and the transaction left
+// nothing behind.
+func sqliteErr(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN:
+			return fmt.Errorf("%w: %w", job.ErrStoreUnavailable, err)
+		}
+	}
+	return err
 }

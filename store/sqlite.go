@@ -205,7 +205,7 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("create job %s: %w", j.ID, err)
+		return fmt.Errorf("create job %s: %w", j.ID, sqliteErr(err))
 	}
 	return nil
 }
@@ -245,7 +245,7 @@ func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
 		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("update job %s: %w", j.ID, err)
+		return fmt.Errorf("update job %s: %w", j.ID, sqliteErr(err))
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("update job %s: %w", j.ID, err)

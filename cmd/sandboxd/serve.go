@@ -55,7 +55,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
-	st, err := store.Open(filepath.Join(dataDir, "sandboxd.db"))
+	st, err := openStore(ctx, cfg.Store, dataDir, log)
 	if err != nil {
 		return err
 	}
@@ -271,4 +271,26 @@ func listenAndServe(ctx context.Context, cfg *config.Config, log *slog.Logger, h
 		return failed
 	}
 	return nil
+}
+
+// closingStore is a job.Store its opener closes.
+type closingStore interface {
+	job.Store
+	Close() error
+}
+
+// openStore opens the configured store: SQLite in the data dir (store
+// empty or "sqlite") or the Postgres database of a postgres:// URL.
+func openStore(ctx context.Context, spec, dataDir string, log *slog.Logger) (closingStore, error) {
+	if store.IsPostgresURL(spec) {
+		octx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		st, err := store.OpenPostgres(octx, spec)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("store", "backend", "postgres", "url", store.RedactURL(spec))
+		return st, nil
+	}
+	return store.Open(filepath.Join(dataDir, "sandboxd.db"))
 }

@@ -8,6 +8,7 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -28,10 +30,9 @@ import (
 type Server struct {
 	dir, data, sock string
 	cred            *syscall.Credential
+	logPath         string
 	cmd             *exec.Cmd
 	exited          chan struct{}
-	log             *os.File
-	t               testing.TB
 }
 
 var dbSeq atomic.Int64
@@ -43,7 +44,7 @@ func binDir() (string, error) {
 	}
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(matches) == 0 {
-		return "", fmt.Errorf("initdb not found: install the postgresql package (scripts/setup.sh)")
+		return "", errNoPostgres
 	}
 	return filepath.Dir(matches[len(matches)-1]), nil
 }
@@ -57,41 +58,90 @@ func Available() bool {
 // Start initdb's and starts a server; t.Cleanup stops it and removes its
 // files. A missing postgresql package fails the test (skips only when
 // SANDBOXD_SKIP_POSTGRES=1: Postgres is a real part, tests must not pass
-// silently without it).
+// silently without it). settings are postgresql.conf lines.
 func Start(t testing.TB, settings ...string) *Server {
 	t.Helper()
-	bin, err := binDir()
+	s, err := New(settings...)
 	if err != nil {
-		if os.Getenv("SANDBOXD_SKIP_POSTGRES") == "1" {
+		if errors.Is(err, errNoPostgres) && os.Getenv("SANDBOXD_SKIP_POSTGRES") == "1" {
 			t.Skip(err)
 		}
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+var (
+	sharedMu  sync.Mutex
+	shared    *Server
+	sharedErr error
+)
+
+// Shared returns the test binary's one shared server, started on first
+// use; tests take their own database of it (NewDatabase). Main stops it.
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared == nil && sharedErr == nil {
+		shared, sharedErr = New()
+	}
+	if sharedErr != nil {
+		if errors.Is(sharedErr, errNoPostgres) && os.Getenv("SANDBOXD_SKIP_POSTGRES") == "1" {
+			t.Skip(sharedErr)
+		}
+		t.Fatal(sharedErr)
+	}
+	return shared
+}
+
+// Main runs the tests and then stops the shared server: call it from
+// TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	sharedMu.Lock()
+	if shared != nil {
+		shared.Close()
+	}
+	sharedMu.Unlock()
+	os.Exit(code)
+}
+
+var errNoPostgres = errors.New("initdb not found: install the postgresql package (scripts/setup.sh)")
+
+// New initdb's and starts a server; Close stops it and removes its files.
+func New(settings ...string) (_ *Server, err error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "sandboxd-pg-")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	s := &Server{dir: dir, data: filepath.Join(dir, "data"), sock: filepath.Join(dir, "sock"), t: t}
-	t.Cleanup(func() {
-		s.Stop()
-		os.RemoveAll(dir)
-	})
+	s := &Server{dir: dir, data: filepath.Join(dir, "data"), sock: filepath.Join(dir, "sock")}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
 	if os.Geteuid() == 0 {
 		uid, gid, err := unprivileged()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		s.cred = &syscall.Credential{Uid: uid, Gid: gid}
 		if err := os.Chown(dir, int(uid), int(gid)); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	if err := os.Mkdir(s.sock, 0o700); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if s.cred != nil {
 		if err := os.Chown(s.sock, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", s.data, "-U", "postgres",
@@ -99,15 +149,15 @@ func Start(t testing.TB, settings ...string) *Server {
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL}
 	initdb.Dir = dir
 	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
 	conf := []string{
 		"listen_addresses = ''",
 		"unix_socket_directories = '" + s.sock + "'",
-		"max_connections = 200",
+		"max_connections = 300",
 		"shared_buffers = 32MB",
 		// The tests' server is thrown away: no fsync (the store's
-		// semantics do not depend on it; the benchmark sets it back).
+		// semantics do not depend on it; a benchmark may set it back).
 		"fsync = off",
 		"full_page_writes = off",
 		"log_min_messages = warning",
@@ -115,21 +165,21 @@ func Start(t testing.TB, settings ...string) *Server {
 	conf = append(conf, settings...)
 	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	_, err = f.WriteString("\n" + strings.Join(conf, "\n") + "\n")
 	f.Close()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if s.log, err = os.Create(filepath.Join(dir, "postgres.log")); err != nil {
-		t.Fatal(err)
-	}
-	if s.cred != nil {
-		os.Chown(s.log.Name(), int(s.cred.Uid), int(s.cred.Gid))
-	}
-	s.start(bin)
-	return s
+	s.logPath = filepath.Join(dir, "postgres.log")
+	return s, s.start(bin)
+}
+
+// Close stops the server and removes its files.
+func (s *Server) Close() {
+	s.Stop()
+	os.RemoveAll(s.dir)
 }
 
 func unprivileged() (uint32, uint32, error) {
@@ -145,14 +195,18 @@ func unprivileged() (uint32, uint32, error) {
 	return 0, 0, fmt.Errorf("no unprivileged user (postgres or nobody) to run postgres as")
 }
 
-func (s *Server) start(bin string) {
-	s.t.Helper()
+func (s *Server) start(bin string) error {
+	log, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
 	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", s.data)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	cmd.Stdout, cmd.Stderr = s.log, s.log
+	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = s.dir
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start postgres: %v", err)
+		return fmt.Errorf("start postgres: %w", err)
 	}
 	s.cmd, s.exited = cmd, make(chan struct{})
 	go func() { cmd.Wait(); close(s.exited) }()
@@ -163,17 +217,17 @@ func (s *Server) start(bin string) {
 		cancel()
 		if err == nil {
 			c.Close(context.Background())
-			return
+			return nil
 		}
 		select {
 		case <-s.exited:
-			b, _ := os.ReadFile(s.log.Name())
-			s.t.Fatalf("postgres exited at start: %s", b)
+			b, _ := os.ReadFile(s.logPath)
+			return fmt.Errorf("postgres exited at start: %s", b)
 		default:
 		}
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(s.log.Name())
-			s.t.Fatalf("postgres not ready after 60s: %v\n%s", err, b)
+			b, _ := os.ReadFile(s.logPath)
+			return fmt.Errorf("postgres not ready after 60s: %v\n%s", err, b)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -227,11 +281,13 @@ func (s *Server) Stop() {
 }
 
 // Restart starts a stopped server on the same data.
-func (s *Server) Restart() {
-	s.t.Helper()
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
 	bin, err := binDir()
-	if err != nil {
-		s.t.Fatal(err)
+	if err == nil {
+		err = s.start(bin)
 	}
-	s.start(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
 }
