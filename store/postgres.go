@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,6 +31,9 @@ var _ job.Store = (*Postgres)(nil)
 // answer alike (store/storetest runs one suite against both).
 type Postgres struct {
 	pool *pgxpool.Pool
+
+	mu    sync.Mutex
+	owner *owner // HoldOwner's lock, nil without
 }
 
 // IsPostgresURL reports whether s selects the Postgres backend
@@ -77,6 +81,12 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 
 // Close closes the pool. Calls after the first are no-ops.
 func (s *Postgres) Close() error {
+	s.mu.Lock()
+	o := s.owner
+	s.mu.Unlock()
+	if o != nil {
+		o.close()
+	}
 	s.pool.Close()
 	return nil
 }
