@@ -47,7 +47,7 @@ func TestSchemaTooNewPostgres(t *testing.T) {
 	}
 	s.Close()
 	_, err = OpenPostgres(t.Context(), url)
-	if !errors.Is(err, ErrSchemaTooNew) || !strings.Contains(err.Error(), "schema version 2") {
+	if !errors.Is(err, ErrSchemaTooNew) || !strings.Contains(err.Error(), "schema version 3") {
 		t.Fatalf("OpenPostgres of a newer database: %v, want ErrSchemaTooNew naming version 2", err)
 	}
 }

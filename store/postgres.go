@@ -182,6 +182,22 @@ var pgMigrations = []string{
 		data      BYTEA  NOT NULL,
 		PRIMARY KEY (job_id, name)
 	);`,
+	// 2: replicas: their leases, and which one owns a job or a session
+	// (lease.go).
+	`CREATE TABLE replicas (
+		id               TEXT   PRIMARY KEY,
+		epoch            BIGINT NOT NULL,
+		address          TEXT   NOT NULL DEFAULT '',
+		lease_expires_at BIGINT NOT NULL,
+		joined_at        BIGINT NOT NULL
+	);
+	ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+	ALTER TABLE jobs ADD COLUMN owner_epoch BIGINT NOT NULL DEFAULT 0;
+	ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sessions ADD COLUMN owner_epoch BIGINT NOT NULL DEFAULT 0;
+	CREATE INDEX jobs_claimable ON jobs (created_at, id) WHERE state = 'queued' AND owner = '';
+	CREATE INDEX jobs_owner ON jobs (owner) WHERE owner != '';
+	CREATE INDEX sessions_owner ON sessions (owner) WHERE owner != '';`,
 }
 
 // migrate brings the schema to the latest version, holding the
