@@ -583,37 +583,51 @@ func (s *Postgres) ListSpends(ctx context.Context, since time.Time) ([]policy.Sp
 	return out, nil
 }
 
-// AppendEvents implements job.Store: the batch is one transaction of
-// multi-row INSERTs.
+// AppendEvents implements job.Store: a batch of up to maxEventsPerInsert
+// events is one multi-row INSERT (one statement is atomic: one round
+// trip, no BEGIN and COMMIT); a larger one is a transaction of such
+// INSERTs.
 func (s *Postgres) AppendEvents(ctx context.Context, evs []job.EventRecord) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		for rest := evs; len(rest) > 0; {
-			n := min(len(rest), maxEventsPerInsert)
-			var q strings.Builder
-			q.WriteString(`INSERT INTO job_events (job_id, seq, type, time, data) VALUES `)
-			args := make([]any, 0, 5*n)
-			for i, ev := range rest[:n] {
-				if i > 0 {
-					q.WriteString(", ")
+	var err error
+	if len(evs) <= maxEventsPerInsert {
+		q, args := eventsInsert(evs)
+		_, err = s.pool.Exec(ctx, q, args...)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			for rest := evs; len(rest) > 0; {
+				n := min(len(rest), maxEventsPerInsert)
+				q, args := eventsInsert(rest[:n])
+				if _, err := tx.Exec(ctx, q, args...); err != nil {
+					return err
 				}
-				fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, $%d)", 5*i+1, 5*i+2, 5*i+3, 5*i+4, 5*i+5)
-				args = append(args, ev.JobID, ev.Seq, string(ev.Type), ev.Time.UnixNano(), []byte(ev.Data))
+				rest = rest[n:]
 			}
-			q.WriteString(` ON CONFLICT (job_id, seq) DO NOTHING`)
-			if _, err := tx.Exec(ctx, q.String(), args...); err != nil {
-				return err
-			}
-			rest = rest[n:]
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 	if pgForeignKey(err) {
 		return fmt.Errorf("append events: %w: no such job", job.ErrNotFound)
 	}
 	return pgErr("append events", err)
+}
+
+// eventsInsert is one INSERT of evs, keeping events already recorded.
+func eventsInsert(evs []job.EventRecord) (string, []any) {
+	var q strings.Builder
+	q.WriteString(`INSERT INTO job_events (job_id, seq, type, time, data) VALUES `)
+	args := make([]any, 0, 5*len(evs))
+	for i, ev := range evs {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, $%d)", 5*i+1, 5*i+2, 5*i+3, 5*i+4, 5*i+5)
+		args = append(args, ev.JobID, ev.Seq, string(ev.Type), ev.Time.UnixNano(), []byte(ev.Data))
+	}
+	q.WriteString(` ON CONFLICT (job_id, seq) DO NOTHING`)
+	return q.String(), args
 }
 
 // ListEvents implements job.Store.
