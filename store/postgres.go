@@ -51,6 +51,10 @@ func RedactURL(u string) string {
 	return p.Redacted()
 }
 
+// defaultPoolConns is the connection pool's size when the URL gives no
+// pool_max_conns.
+const defaultPoolConns = 16
+
 // OpenPostgres connects to the database at url (postgres://...; pgx's
 // parameters such as pool_max_conns apply) and applies the pending
 // migrations under an advisory lock, so replicas starting together
@@ -63,6 +67,11 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "sandboxd"
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		// pgx's default is the number of CPUs (at least 4): fewer than
+		// the job service's workers and event writer need at once.
+		cfg.MaxConns = defaultPoolConns
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
