@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -35,6 +36,9 @@ type submitBody struct {
 	Limits         *limitsBody     `json:"limits"`
 	SessionID      string          `json:"session_id"`
 	CallbackURL    string          `json:"callback_url"`
+	// Tags and Metadata label the job (bounded by labels.*).
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 // limitsBody are the per-request limits: any value up to the operator's
@@ -199,6 +203,7 @@ func decodeSubmit(data []byte, headerKey string) (job.SubmitRequest, error) {
 		return req, badRequest("callback_url must be printable and at most 2048 bytes")
 	}
 	req.CallbackURL = b.CallbackURL
+	req.Tags, req.Metadata = b.Tags, b.Metadata
 	return req, nil
 }
 
@@ -248,4 +253,30 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// parseLabelFilter reads a list's ?tag= (repeated: every one) and
+// ?metadata.KEY=VALUE filters. Bounds are the job service's (labels.*).
+func parseLabelFilter(q url.Values) (job.LabelFilter, error) {
+	var f job.LabelFilter
+	for _, t := range q["tag"] {
+		if t == "" {
+			return f, badRequest("tag must not be empty")
+		}
+		f.Tags = append(f.Tags, t)
+	}
+	for k, vs := range q {
+		name, ok := strings.CutPrefix(k, "metadata.")
+		if !ok {
+			continue
+		}
+		if len(vs) != 1 {
+			return f, badRequest(fmt.Sprintf("%s is given %d times; a metadata key has one value", k, len(vs)))
+		}
+		if f.Metadata == nil {
+			f.Metadata = map[string]string{}
+		}
+		f.Metadata[name] = vs[0]
+	}
+	return f, nil
 }

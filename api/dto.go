@@ -33,6 +33,9 @@ type jobView struct {
 	Egress []job.EgressRecord `json:"egress,omitempty"`
 	// Callback is the completion webhook and its delivery attempts.
 	Callback *job.Callback `json:"callback,omitempty"`
+	// Tags and Metadata are the client's labels.
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 func viewJob(j *job.Job) *jobView {
@@ -49,7 +52,23 @@ func viewJob(j *job.Job) *jobView {
 		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 		Guard: viewGuard(j.Guard), Egress: j.Egress, Callback: j.Callback,
+		Tags: tagsView(j.Tags), Metadata: metadataView(j.Metadata),
 	}
+}
+
+// tagsView and metadataView show no labels as [] and {}.
+func tagsView(t []string) []string {
+	if t == nil {
+		return []string{}
+	}
+	return t
+}
+
+func metadataView(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }
 
 // CallbackBody is the body of a job's completion callback: the job as GET
@@ -83,6 +102,7 @@ type toolView struct {
 	Effects      []tools.Effect  `json:"effects"`
 	ParallelSafe bool            `json:"parallel_safe"`
 	Idempotent   bool            `json:"idempotent,omitempty"`
+	ReturnDirect bool            `json:"return_direct"`
 	Source       string          `json:"source,omitempty"`
 	// Available is false while the tool cannot be called (its provider is
 	// restarting); Unavailable says why.
@@ -94,7 +114,7 @@ func viewTool(t *tools.Tool) toolView {
 	v := toolView{
 		Name: t.Name, Description: t.Description, InputSchema: t.InputSchema,
 		OutputSchema: t.OutputSchema, Effects: t.Effects, ParallelSafe: t.ParallelSafe,
-		Idempotent: t.Idempotent, Source: t.Source, Available: true,
+		Idempotent: t.Idempotent, ReturnDirect: t.ReturnDirect, Source: t.Source, Available: true,
 	}
 	if err := t.Unavailable(); err != nil {
 		v.Available, v.Unavailable = false, err.Error()

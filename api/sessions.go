@@ -49,23 +49,28 @@ type sessionBody struct {
 	Limits             *limitsBody    `json:"limits"`
 	TTLSeconds         int64          `json:"ttl_seconds"`
 	IdleTimeoutSeconds int64          `json:"idle_timeout_seconds"`
+	// Tags and Metadata label the session (bounded by labels.*).
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 // sessionView is a session as the API shows it.
 type sessionView struct {
-	ID                 string           `json:"id"`
-	Tenant             string           `json:"tenant"`
-	Image              string           `json:"image"`
-	Effects            []tools.Effect   `json:"effects"`
-	Limits             limitsBody       `json:"limits"`
-	State              job.SessionState `json:"state"`
-	Reason             string           `json:"reason"`
-	TTLSeconds         int64            `json:"ttl_seconds"`
-	IdleTimeoutSeconds int64            `json:"idle_timeout_seconds"`
-	CreatedAt          time.Time        `json:"created_at"`
-	ExpiresAt          time.Time        `json:"expires_at"`
-	LastUsedAt         time.Time        `json:"last_used_at"`
-	ClosedAt           *time.Time       `json:"closed_at,omitempty"`
+	ID                 string            `json:"id"`
+	Tenant             string            `json:"tenant"`
+	Image              string            `json:"image"`
+	Effects            []tools.Effect    `json:"effects"`
+	Limits             limitsBody        `json:"limits"`
+	State              job.SessionState  `json:"state"`
+	Reason             string            `json:"reason"`
+	TTLSeconds         int64             `json:"ttl_seconds"`
+	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds"`
+	CreatedAt          time.Time         `json:"created_at"`
+	ExpiresAt          time.Time         `json:"expires_at"`
+	LastUsedAt         time.Time         `json:"last_used_at"`
+	ClosedAt           *time.Time        `json:"closed_at,omitempty"`
+	Tags               []string          `json:"tags"`
+	Metadata           map[string]string `json:"metadata"`
 	// Sandbox is the session's sandbox while the process that answers
 	// holds it open.
 	Sandbox string `json:"sandbox,omitempty"`
@@ -81,6 +86,7 @@ func viewSession(s *job.Session) *sessionView {
 		State: s.State, Reason: s.Reason,
 		TTLSeconds: int64(s.TTL / time.Second), IdleTimeoutSeconds: int64(s.IdleTimeout / time.Second),
 		CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, LastUsedAt: s.LastUsedAt, ClosedAt: s.ClosedAt,
+		Tags: tagsView(s.Tags), Metadata: metadataView(s.Metadata),
 		Sandbox: s.Sandbox,
 	}
 }
@@ -117,6 +123,7 @@ func (rs *sessionsResource) create(w http.ResponseWriter, r *http.Request) {
 		Image: b.Image, Effects: b.Effects,
 		TTL:         time.Duration(b.TTLSeconds) * time.Second,
 		IdleTimeout: time.Duration(b.IdleTimeoutSeconds) * time.Second,
+		Tags:        b.Tags, Metadata: b.Metadata,
 	}
 	if b.Limits != nil {
 		if req.Limits, err = b.Limits.toRunner(); err != nil {
@@ -147,6 +154,10 @@ func (rs *sessionsResource) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := job.SessionFilter{State: job.SessionState(q.Get("state")), Cursor: q.Get("cursor")}
 	var err error
+	if f.LabelFilter, err = parseLabelFilter(q); err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
 	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		rs.writeError(w, r, err)
 		return

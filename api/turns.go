@@ -54,13 +54,19 @@ type batchView struct {
 	Messages  []any          `json:"messages,omitempty"`
 	Text      *string        `json:"text,omitempty"`
 	Final     *string        `json:"final_answer,omitempty"`
-	Calls     []callView     `json:"calls"`
-	Effects   map[string]int `json:"effects"`
-	CreatedAt time.Time      `json:"created_at"`
-	Finished  *time.Time     `json:"finished_at,omitempty"`
-	Note      string         `json:"note,omitempty"`
+	// ReturnDirect: a call of a return_direct tool succeeded; its answer
+	// is final_answer and the agent loop stops (no next model turn).
+	ReturnDirect bool           `json:"return_direct"`
+	Calls        []callView     `json:"calls"`
+	Effects      map[string]int `json:"effects"`
+	CreatedAt    time.Time      `json:"created_at"`
+	Finished     *time.Time     `json:"finished_at,omitempty"`
+	Note         string         `json:"note,omitempty"`
 	// Callback is the completion webhook and its delivery attempts.
 	Callback *job.Callback `json:"callback,omitempty"`
+	// Tags and Metadata are the turn's labels, on every call's job too.
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 // TurnCallbackBody is the body of a turn's completion callback: the batch
@@ -84,6 +90,7 @@ func viewBatch(b *job.Batch) *batchView {
 		ID: b.ID, State: b.State, Dialect: b.Dialect, Mode: b.Mode, SessionID: b.SessionID,
 		Calls: make([]callView, len(b.Calls)), Effects: map[string]int{},
 		CreatedAt: b.CreatedAt, Finished: b.FinishedAt, Callback: b.Callback,
+		Tags: tagsView(b.Tags), Metadata: metadataView(b.Metadata),
 	}
 	for i, c := range b.Calls {
 		v.Calls[i] = callView{CallRecord: c, Content: c.Answer, IsError: c.IsError}
@@ -105,6 +112,9 @@ func viewBatch(b *job.Batch) *batchView {
 		}
 	default:
 		v.Messages = tools.TurnMessages(b.Dialect, b.Answers())
+	}
+	if answer, ok := b.DirectAnswer(); ok {
+		v.ReturnDirect, v.Final = true, &answer
 	}
 	return v
 }

@@ -126,7 +126,12 @@ func (o *owner) close() {
 		close(o.stop)
 		<-o.done
 		if o.conn != nil {
-			o.conn.Close(context.Background())
+			// Unlock first: closing alone releases the lock only when
+			// the server has ended the session, a moment later.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = o.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(pgOwnerLock))
+			o.conn.Close(ctx)
+			cancel()
 		}
 	})
 }

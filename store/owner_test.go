@@ -19,7 +19,7 @@ import (
 func TestPostgresOwner(t *testing.T) {
 	t.Parallel()
 	old := ownerCheckInterval
-	ownerCheckInterval = 200 * time.Millisecond
+	ownerCheckInterval = time.Second
 	t.Cleanup(func() { ownerCheckInterval = old })
 	url := pgtest.Shared(t).NewDatabase(t)
 	open := func() *Postgres {
@@ -57,7 +57,7 @@ func TestPostgresOwner(t *testing.T) {
 	// Cut c's lock connection and lock in the same statement, so c cannot
 	// take it back first.
 	var got bool
-	if err := conn.QueryRow(t.Context(), `SELECT bool_and(pg_terminate_backend(pid)) AND pg_try_advisory_lock($1)
+	if err := conn.QueryRow(t.Context(), `SELECT bool_and(pg_terminate_backend(pid, 5000)) AND pg_try_advisory_lock($1)
 		FROM pg_stat_activity WHERE application_name LIKE 'sandboxd owner%' AND datname = current_database()`,
 		int64(pgOwnerLock)).Scan(&got); err != nil || !got {
 		t.Fatalf("take the lock from c: %v %v", got, err)

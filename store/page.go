@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/job"
 )
 
 // page describes one keyset-paginated, newest-first listing of a tenant's
@@ -22,8 +24,10 @@ type page struct {
 	// since and until bound created_at (since <= created_at < until);
 	// zero: no bound.
 	since, until time.Time
-	limit        int
-	cursor       string
+	// labels are the tags and metadata every row must carry.
+	labels job.LabelFilter
+	limit  int
+	cursor string
 }
 
 // sql returns the page's query (placeholders ? or, with dollar, $1, $2,
@@ -71,6 +75,12 @@ func (p page) sql(dollar bool) (query string, args []any, limit int, err error) 
 	}
 	if !p.until.IsZero() {
 		add("created_at < ?", p.until.UnixNano())
+	}
+	lw, la := labelWhere(p.labels, dollar)
+	for _, w := range lw {
+		n := strings.Count(w, "?")
+		add(w, la[:n]...)
+		la = la[n:]
 	}
 	if p.cursor != "" {
 		ts, id, err := decodeCursor(p.cursor)

@@ -207,6 +207,12 @@ var pgMigrations = []string{
 	CREATE INDEX jobs_claimable ON jobs (created_at, id) WHERE state = 'queued' AND owner = '';
 	CREATE INDEX jobs_owner ON jobs (owner) WHERE owner != '';
 	CREATE INDEX sessions_owner ON sessions (owner) WHERE owner != '';`,
+	// 3: a client's tags (JSON array) and metadata (JSON object) on jobs
+	// and sessions, NULL when none (SQLite's migration 6).
+	`ALTER TABLE jobs ADD COLUMN tags TEXT;
+	ALTER TABLE jobs ADD COLUMN metadata TEXT;
+	ALTER TABLE sessions ADD COLUMN tags TEXT;
+	ALTER TABLE sessions ADD COLUMN metadata TEXT;`,
 }
 
 // migrate brings the schema to the latest version, holding the
@@ -342,10 +348,10 @@ func (s *Postgres) Create(ctx context.Context, j *job.Job) error {
 		return fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO jobs (`+jobColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-		r.guard, r.egress, r.callback)
+		r.guard, r.egress, r.callback, r.tags, r.metadata)
 	if pgUnique(err) {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -383,10 +389,11 @@ func (s *Postgres) Update(ctx context.Context, j *job.Job) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET
 		tool = $1, call_id = $2, args = $3, idempotency_key = $4, runner = $5, limits = $6,
 		state = $7, reason = $8, result = $9, attempts = $10, started_at = $11, finished_at = $12,
-		guard = $13, egress = $14, callback = $15
-		WHERE id = $16`,
+		guard = $13, egress = $14, callback = $15, tags = $16, metadata = $17
+		WHERE id = $18`,
 		r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
-		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback, r.id)
+		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback,
+		r.tags, r.metadata, r.id)
 	if pgUnique(err) {
 		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -419,7 +426,7 @@ func (s *Postgres) List(ctx context.Context, tenant string, f job.ListFilter) ([
 	return pgList(ctx, s, page{
 		what: "jobs", table: "jobs", columns: jobColumns, tenant: tenant, allTenants: tenant == job.AllTenants,
 		eq:    [][2]string{{"tool", f.Tool}, {"state", string(f.State)}, {"session_id", f.SessionID}},
-		since: f.Since, until: f.Until,
+		since: f.Since, until: f.Until, labels: f.LabelFilter,
 		limit: f.Limit, cursor: f.Cursor,
 	}, scanJob, func(j *job.Job) (time.Time, string) { return j.CreatedAt, j.ID })
 }
@@ -451,11 +458,15 @@ func (s *Postgres) CreateSession(ctx context.Context, ss *job.Session) error {
 	if err != nil {
 		return fmt.Errorf("create session %s: %w", ss.ID, err)
 	}
+	tags, md, err := encodeLabels(ss.Tags, ss.Metadata)
+	if err != nil {
+		return fmt.Errorf("create session %s: %w", ss.ID, err)
+	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		ss.ID, ss.Tenant, ss.Image, string(eff), string(lim), string(ss.State), ss.Reason,
 		int64(ss.TTL), int64(ss.IdleTimeout), ss.CreatedAt.UnixNano(), ss.ExpiresAt.UnixNano(),
-		ss.LastUsedAt.UnixNano(), nullTime(ss.ClosedAt))
+		ss.LastUsedAt.UnixNano(), nullTime(ss.ClosedAt), tags, md)
 	if pgUnique(err) {
 		return fmt.Errorf("create session %s: %w: id already used", ss.ID, job.ErrConflict)
 	}
@@ -488,8 +499,9 @@ func (s *Postgres) UpdateSession(ctx context.Context, ss *job.Session) error {
 func (s *Postgres) ListSessions(ctx context.Context, tenant string, f job.SessionFilter) ([]*job.Session, string, error) {
 	return pgList(ctx, s, page{
 		what: "sessions", table: "sessions", columns: sessionColumns, tenant: tenant, allTenants: tenant == job.AllTenants,
-		eq:    [][2]string{{"state", string(f.State)}},
-		limit: f.Limit, cursor: f.Cursor,
+		eq:     [][2]string{{"state", string(f.State)}},
+		labels: f.LabelFilter,
+		limit:  f.Limit, cursor: f.Cursor,
 	}, scanSession, func(x *job.Session) (time.Time, string) { return x.CreatedAt, x.ID })
 }
 

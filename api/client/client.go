@@ -65,6 +65,9 @@ type SubmitRequest struct {
 	Limits         runner.Limits
 	// SessionID runs the call in that session.
 	SessionID string
+	// Tags and Metadata label the job (the server bounds them: labels.*).
+	Tags     []string
+	Metadata map[string]string
 }
 
 // Submit submits a call. With wait > 0 the server holds the request until
@@ -75,6 +78,7 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest, wait time.Durati
 	body := wireSubmit{
 		Tool: req.Tool, Arguments: req.Arguments, CallID: req.CallID, Call: req.Call,
 		IdempotencyKey: req.IdempotencyKey, SessionID: req.SessionID,
+		Tags: req.Tags, Metadata: req.Metadata,
 	}
 	if req.Limits != (runner.Limits{}) {
 		l := fromLimits(req.Limits)
@@ -128,6 +132,7 @@ func (c *Client) List(ctx context.Context, f job.ListFilter) ([]*job.Job, string
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
+	labelQuery(q, f.LabelFilter)
 	path := "/v1/jobs"
 	if len(q) > 0 {
 		path += "?" + q.Encode()

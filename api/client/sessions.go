@@ -24,30 +24,36 @@ type SessionRequest struct {
 	Limits      runner.Limits
 	TTL         time.Duration
 	IdleTimeout time.Duration
+	Tags        []string
+	Metadata    map[string]string
 }
 
 type wireSessionRequest struct {
-	Image              string         `json:"image,omitempty"`
-	Effects            []tools.Effect `json:"effects,omitempty"`
-	Limits             *wireLimits    `json:"limits,omitempty"`
-	TTLSeconds         int64          `json:"ttl_seconds,omitempty"`
-	IdleTimeoutSeconds int64          `json:"idle_timeout_seconds,omitempty"`
+	Image              string            `json:"image,omitempty"`
+	Effects            []tools.Effect    `json:"effects,omitempty"`
+	Limits             *wireLimits       `json:"limits,omitempty"`
+	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`
+	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
+	Tags               []string          `json:"tags,omitempty"`
+	Metadata           map[string]string `json:"metadata,omitempty"`
 }
 
 type wireSession struct {
-	ID                 string           `json:"id"`
-	Tenant             string           `json:"tenant"`
-	Image              string           `json:"image"`
-	Effects            []tools.Effect   `json:"effects"`
-	Limits             wireLimits       `json:"limits"`
-	State              job.SessionState `json:"state"`
-	Reason             string           `json:"reason"`
-	TTLSeconds         int64            `json:"ttl_seconds"`
-	IdleTimeoutSeconds int64            `json:"idle_timeout_seconds"`
-	CreatedAt          time.Time        `json:"created_at"`
-	ExpiresAt          time.Time        `json:"expires_at"`
-	LastUsedAt         time.Time        `json:"last_used_at"`
-	ClosedAt           *time.Time       `json:"closed_at,omitempty"`
+	ID                 string            `json:"id"`
+	Tenant             string            `json:"tenant"`
+	Image              string            `json:"image"`
+	Effects            []tools.Effect    `json:"effects"`
+	Limits             wireLimits        `json:"limits"`
+	State              job.SessionState  `json:"state"`
+	Reason             string            `json:"reason"`
+	TTLSeconds         int64             `json:"ttl_seconds"`
+	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds"`
+	CreatedAt          time.Time         `json:"created_at"`
+	ExpiresAt          time.Time         `json:"expires_at"`
+	LastUsedAt         time.Time         `json:"last_used_at"`
+	ClosedAt           *time.Time        `json:"closed_at,omitempty"`
+	Tags               []string          `json:"tags,omitempty"`
+	Metadata           map[string]string `json:"metadata,omitempty"`
 }
 
 func (w *wireSession) session() *job.Session {
@@ -56,13 +62,15 @@ func (w *wireSession) session() *job.Session {
 		State: w.State, Reason: w.Reason,
 		TTL: time.Duration(w.TTLSeconds) * time.Second, IdleTimeout: time.Duration(w.IdleTimeoutSeconds) * time.Second,
 		CreatedAt: w.CreatedAt, ExpiresAt: w.ExpiresAt, LastUsedAt: w.LastUsedAt, ClosedAt: w.ClosedAt,
+		Tags: nonEmpty(w.Tags), Metadata: nonEmptyMap(w.Metadata),
 	}
 }
 
 // CreateSession creates a session.
 func (c *Client) CreateSession(ctx context.Context, req SessionRequest) (*job.Session, error) {
 	body := wireSessionRequest{Image: req.Image, Effects: req.Effects,
-		TTLSeconds: int64(req.TTL / time.Second), IdleTimeoutSeconds: int64(req.IdleTimeout / time.Second)}
+		TTLSeconds: int64(req.TTL / time.Second), IdleTimeoutSeconds: int64(req.IdleTimeout / time.Second),
+		Tags: req.Tags, Metadata: req.Metadata}
 	if req.Limits != (runner.Limits{}) {
 		l := fromLimits(req.Limits)
 		body.Limits = &l
@@ -99,6 +107,7 @@ func (c *Client) ListSessions(ctx context.Context, f job.SessionFilter) ([]*job.
 	if f.Cursor != "" {
 		q.Set("cursor", f.Cursor)
 	}
+	labelQuery(q, f.LabelFilter)
 	path := "/v1/sessions"
 	if len(q) > 0 {
 		path += "?" + q.Encode()

@@ -17,16 +17,25 @@ type Turn struct {
 	Messages []json.RawMessage `json:"messages"`
 	Text     *string           `json:"text"`
 	Final    *string           `json:"final_answer"`
-	Calls    []struct {
+	// ReturnDirect: a return_direct tool answered; Final is its result
+	// and the agent loop stops.
+	ReturnDirect bool `json:"return_direct"`
+	Calls        []struct {
 		CallID  string `json:"call_id"`
 		Tool    string `json:"tool"`
 		JobID   string `json:"job_id"`
 		State   string `json:"state"`
 		OK      bool   `json:"ok"`
 		Content string `json:"content"`
+		// ReturnDirect: the call's tool is return_direct.
+		ReturnDirect bool `json:"return_direct"`
 	} `json:"calls"`
-	Effects map[string]int  `json:"effects"`
-	Raw     json.RawMessage `json:"-"`
+	Effects map[string]int `json:"effects"`
+	// Tags and Metadata are the turn's labels (the body's "tags" and
+	// "metadata").
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
+	Raw      json.RawMessage   `json:"-"`
 }
 
 // Completed reports whether every call has its answer.

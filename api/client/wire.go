@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"net/url"
 	"time"
 
 	"github.com/sandboxd/sandboxd/job"
@@ -12,13 +13,15 @@ import (
 // The JSON shapes of the API (see api/openapi.yaml).
 
 type wireSubmit struct {
-	Tool           string          `json:"tool,omitempty"`
-	Arguments      json.RawMessage `json:"arguments,omitempty"`
-	CallID         string          `json:"call_id,omitempty"`
-	Call           json.RawMessage `json:"call,omitempty"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	Limits         *wireLimits     `json:"limits,omitempty"`
-	SessionID      string          `json:"session_id,omitempty"`
+	Tool           string            `json:"tool,omitempty"`
+	Arguments      json.RawMessage   `json:"arguments,omitempty"`
+	CallID         string            `json:"call_id,omitempty"`
+	Call           json.RawMessage   `json:"call,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	Limits         *wireLimits       `json:"limits,omitempty"`
+	SessionID      string            `json:"session_id,omitempty"`
+	Tags           []string          `json:"tags,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
 }
 
 type wireLimits struct {
@@ -52,22 +55,24 @@ func (l wireLimits) limits() runner.Limits {
 }
 
 type wireJob struct {
-	ID             string          `json:"id"`
-	Tenant         string          `json:"tenant"`
-	Tool           string          `json:"tool"`
-	CallID         string          `json:"call_id"`
-	Arguments      json.RawMessage `json:"arguments"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	Runner         string          `json:"runner,omitempty"`
-	SessionID      string          `json:"session_id,omitempty"`
-	Limits         wireLimits      `json:"limits"`
-	State          job.State       `json:"state"`
-	Reason         string          `json:"reason,omitempty"`
-	Result         *tools.Result   `json:"result,omitempty"`
-	Attempts       int             `json:"attempts"`
-	CreatedAt      time.Time       `json:"created_at"`
-	StartedAt      *time.Time      `json:"started_at,omitempty"`
-	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	ID             string            `json:"id"`
+	Tenant         string            `json:"tenant"`
+	Tool           string            `json:"tool"`
+	CallID         string            `json:"call_id"`
+	Arguments      json.RawMessage   `json:"arguments"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	Runner         string            `json:"runner,omitempty"`
+	SessionID      string            `json:"session_id,omitempty"`
+	Limits         wireLimits        `json:"limits"`
+	State          job.State         `json:"state"`
+	Reason         string            `json:"reason,omitempty"`
+	Result         *tools.Result     `json:"result,omitempty"`
+	Attempts       int               `json:"attempts"`
+	CreatedAt      time.Time         `json:"created_at"`
+	StartedAt      *time.Time        `json:"started_at,omitempty"`
+	FinishedAt     *time.Time        `json:"finished_at,omitempty"`
+	Tags           []string          `json:"tags,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
 }
 
 func (w *wireJob) job() *job.Job {
@@ -76,6 +81,32 @@ func (w *wireJob) job() *job.Job {
 		IdempotencyKey: w.IdempotencyKey, Runner: w.Runner, SessionID: w.SessionID, Limits: w.Limits.limits(),
 		State: w.State, Reason: w.Reason, Result: w.Result, Attempts: w.Attempts,
 		CreatedAt: w.CreatedAt, StartedAt: w.StartedAt, FinishedAt: w.FinishedAt,
+		Tags: nonEmpty(w.Tags), Metadata: nonEmptyMap(w.Metadata),
+	}
+}
+
+// nonEmpty and nonEmptyMap give nil for none, as the job service does.
+func nonEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+func nonEmptyMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// labelQuery adds a list's label filters to q.
+func labelQuery(q url.Values, f job.LabelFilter) {
+	for _, t := range f.Tags {
+		q.Add("tag", t)
+	}
+	for k, v := range f.Metadata {
+		q.Set("metadata."+k, v)
 	}
 }
 
@@ -85,6 +116,7 @@ func toWire(j *job.Job) wireJob {
 		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, SessionID: j.SessionID, Limits: fromLimits(j.Limits),
 		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
+		Tags: j.Tags, Metadata: j.Metadata,
 	}
 }
 

@@ -109,6 +109,7 @@ func testJobRoundTrip(t *testing.T, b Backend) {
 	ctx := t.Context()
 	j := NewJob("j1", "acme", base)
 	j.IdempotencyKey, j.Runner, j.SessionID = "k1", "fake", "ses_1"
+	j.Tags, j.Metadata = []string{"eval", "run-7"}, map[string]string{"user": "u1", "a.b": "x y"}
 	must(t, s.Create(ctx, j))
 	got, err := s.Get(ctx, "j1")
 	must(t, err)
@@ -296,6 +297,16 @@ func testListFilters(t *testing.T, b Backend) {
 		if i < 3 {
 			j.SessionID = "ses_a"
 		}
+		if i%2 == 1 {
+			j.Tags = append(j.Tags, "odd")
+		}
+		if i < 4 {
+			j.Tags = append(j.Tags, "low")
+		}
+		j.Metadata = map[string]string{"user": fmt.Sprintf("u%d", i%3)}
+		if i == 0 {
+			j.Metadata["a.b"] = "1"
+		}
 		must(t, s.Create(ctx, j))
 		if i%3 == 0 {
 			finish(t, s, j, j.CreatedAt.Add(time.Second), job.StateSucceeded)
@@ -312,6 +323,11 @@ func testListFilters(t *testing.T, b Backend) {
 		{"since", job.ListFilter{Since: base.Add(7 * time.Minute)}, []string{"j9", "j8", "j7"}},
 		{"until", job.ListFilter{Until: base.Add(2 * time.Minute)}, []string{"j1", "j0"}},
 		{"window and tool", job.ListFilter{Tool: "calc", Since: base.Add(2 * time.Minute), Until: base.Add(6 * time.Minute)}, []string{"j4", "j2"}},
+		{"tag", job.ListFilter{LabelFilter: job.LabelFilter{Tags: []string{"odd"}}}, []string{"j9", "j7", "j5", "j3", "j1"}},
+		{"two tags", job.ListFilter{LabelFilter: job.LabelFilter{Tags: []string{"odd", "low"}}}, []string{"j3", "j1"}},
+		{"metadata", job.ListFilter{LabelFilter: job.LabelFilter{Metadata: map[string]string{"user": "u2"}}}, []string{"j8", "j5", "j2"}},
+		{"metadata, tag and tool", job.ListFilter{Tool: "calc", LabelFilter: job.LabelFilter{Tags: []string{"low"}, Metadata: map[string]string{"user": "u2"}}}, []string{"j2"}},
+		{"metadata key with a dot", job.ListFilter{LabelFilter: job.LabelFilter{Metadata: map[string]string{"a.b": "1"}}}, []string{"j0"}},
 	} {
 		jobs, _, err := s.List(ctx, "acme", tc.f)
 		must(t, err)
@@ -383,6 +399,7 @@ func testSessions(t *testing.T, b Backend) {
 	s := open(t, b)
 	ctx := t.Context()
 	ss := newSession("s1", "acme", base)
+	ss.Tags, ss.Metadata = []string{"agent-a"}, map[string]string{"run": "r1"}
 	must(t, s.CreateSession(ctx, ss))
 	wantIs(t, "duplicate session", s.CreateSession(ctx, newSession("s1", "other", base)), job.ErrConflict)
 	got, err := s.GetSession(ctx, "s1")
@@ -428,6 +445,11 @@ func testSessions(t *testing.T, b Backend) {
 	must(t, err)
 	if len(closedOnes) != 1 || closedOnes[0].ID != "s1" {
 		t.Fatalf("closed sessions = %v", ids(closedOnes, func(x *job.Session) string { return x.ID }))
+	}
+	tagged, _, err := s.ListSessions(ctx, "acme", job.SessionFilter{LabelFilter: job.LabelFilter{Tags: []string{"agent-a"}, Metadata: map[string]string{"run": "r1"}}})
+	must(t, err)
+	if len(tagged) != 1 || tagged[0].ID != "s1" {
+		t.Fatalf("sessions by label: %v", ids(tagged, func(x *job.Session) string { return x.ID }))
 	}
 	open, err := s.ListOpenSessions(ctx)
 	must(t, err)
