@@ -1,5 +1,7 @@
 // Package store keeps sandboxd's durable records. SQLite (embedded, pure Go
-// via modernc.org/sqlite) is the default backend; it implements job.Store.
+// via modernc.org/sqlite) is the default backend; Postgres (pgx,
+// postgres.go) the shared one. Both implement job.Store and pass one
+// conformance suite (store/storetest).
 package store
 
 import (
