@@ -13,17 +13,24 @@ import (
 
 var dollarRE = regexp.MustCompile(`\$(\d+)`)
 
-// A listing's query, from any cursor and filters a client sends: refused
+// A listing's query, from any cursor, filters, tags and metadata a
+// client sends: refused
 // as ErrInvalid, or with exactly one argument per placeholder (both
 // dialects), the values never in the SQL text.
 func FuzzPageSQL(f *testing.F) {
-	f.Add("", "calc", "", int64(0), int64(0), 0)
-	f.Add(encodeCursor(5, "j1"), "", "ses'; DROP TABLE jobs; --", int64(1), int64(9), 600)
-	f.Add("bad cursor", "x", "y", int64(-1), int64(0), -3)
-	f.Fuzz(func(t *testing.T, cursor, tool, session string, since, until int64, limit int) {
+	f.Add("", "calc", "", int64(0), int64(0), 0, "", "", "")
+	f.Add(encodeCursor(5, "j1"), "", "ses'; DROP TABLE jobs; --", int64(1), int64(9), 600, "t'1", "k?", "$1")
+	f.Add("bad cursor", "x", "y", int64(-1), int64(0), -3, "a", "b", "c")
+	f.Fuzz(func(t *testing.T, cursor, tool, session string, since, until int64, limit int, tag, mkey, mval string) {
 		p := page{what: "jobs", table: "jobs", columns: jobColumns, tenant: "acme",
 			eq:    [][2]string{{"tool", tool}, {"session_id", session}},
 			limit: limit, cursor: cursor}
+		if tag != "" {
+			p.labels.Tags = []string{tag, tag + "2"}
+		}
+		if mkey != "" {
+			p.labels.Metadata = map[string]string{mkey: mval, mkey + "x": mval}
+		}
 		if since != 0 {
 			p.since = time.Unix(0, since)
 		}
