@@ -1,6 +1,11 @@
 // Package job owns the lifecycle of tool calls: admission (bounded queue,
-// worker pool), idempotency, durable records in a Store, execution through
-// a runner, cancellation, events and crash recovery.
+// worker pool, fair across tenants: sched.go), the guard's decisions and
+// approvals, idempotency, durable records in a Store (the interface it
+// defines, store.go), execution through a runner (retries: retry.go; the
+// warm pool: pool.go), cancellation, events (persisted: eventsink.go),
+// completion callbacks (callback.go), sessions, model turns (turn.go) and
+// crash recovery. Its configuration is config's sections (config.go); its
+// sentinel errors are all in errors.go.
 package job
 
 import (

@@ -14,6 +14,7 @@ command -v ps >/dev/null 2>&1 || need+=(procps)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap) # the local runner's benchmark baseline
 [ -x /usr/bin/linux.uml ] || need+=(user-mode-linux) # the local runner's cgroup v2 test (a v2 kernel as a process)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql) # the Postgres store's tests (store/pgtest starts its own server; no systemd)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose) # integration/compose_test.go: Debian's docker-compose 1.29
 
 if [ "${#need[@]}" -gt 0 ]; then
 	echo "setup: installing ${need[*]}"
