@@ -31,6 +31,8 @@ const (
 	CodeSessionClosed    = "session_closed"
 	CodeUnsupported      = "unsupported"
 	CodeWorkspaceFull    = "workspace_full"
+	CodeUnavailable      = "unavailable"
+	CodeDiskFull         = "disk_full"
 	CodeStoreUnavailable = "store_unavailable"
 )
 
@@ -109,6 +111,11 @@ func (s *server) classify(err error) *Error {
 			retry = 1
 		}
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull, Message: "the job queue is full; retry later", RetryAfter: retry}
+	case errors.Is(err, job.ErrUnavailable):
+		// The runner's daemon is down: the message names it; retry.
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 5}
+	case errors.Is(err, job.ErrHostDiskFull):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeDiskFull, Message: err.Error(), RetryAfter: 30}
 	case errors.Is(err, job.ErrStoreUnavailable):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeStoreUnavailable, Message: "the job store is unavailable; nothing was recorded, retry later", RetryAfter: 2}
 	case errors.Is(err, job.ErrShutdown):

@@ -41,7 +41,12 @@ const (
 	ReasonTimeout   = "timeout"
 	ReasonToolError = "tool_error"
 	ReasonInternal  = "internal"
-	ReasonShutdown  = "shutdown"
+	// ReasonUnavailable: the runner's daemon could not be reached;
+	// ReasonDiskFull: the host's disk is full. Both are internal
+	// failures whose cause is known (ErrUnavailable, ErrHostDiskFull).
+	ReasonUnavailable = "unavailable"
+	ReasonDiskFull    = "disk_full"
+	ReasonShutdown    = "shutdown"
 )
 
 // Job is one tool call and its outcome.
@@ -145,6 +150,10 @@ const (
 	EventStdout          EventType = "stdout"
 	EventStderr          EventType = "stderr"
 	EventFinished        EventType = "finished"
+	// EventKilled: the process ran to its deadline (its started event's
+	// time plus the timeout) and was killed; the event's time is when the
+	// kill was sent.
+	EventKilled EventType = "killed"
 )
 
 // Event is one step in a job's life.

@@ -98,15 +98,17 @@ func isForeignKey(err error) bool {
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 }
 
-// sqliteErr marks a write SQLite could not take because the database is
-// full (the disk, or max_page_count) or its file cannot be written as
-// job.ErrStoreUnavailable: the API answers 503 and the transaction left
-// nothing behind.
+// sqliteErr marks a write SQLite could not take: the database or disk is
+// full as job.ErrHostDiskFull (the API's 503 disk_full), and that or a
+// file that cannot be written or opened as job.ErrStoreUnavailable; the
+// transaction left nothing behind. Other errors are returned as they are.
 func sqliteErr(err error) error {
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
-		case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN:
+		case sqlite3.SQLITE_FULL:
+			return fmt.Errorf("%w: %w: %w", job.ErrHostDiskFull, job.ErrStoreUnavailable, err)
+		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN:
 			return fmt.Errorf("%w: %w", job.ErrStoreUnavailable, err)
 		}
 	}
