@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/api/client"
-	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/api/wire"
 )
 
 const defaultURL = "http://127.0.0.1:8080"
@@ -172,8 +172,8 @@ func cmdRun(ctx context.Context, args []string, e env) int {
 }
 
 // printJob prints the result and returns 0 when the tool succeeded, else 1.
-func printJob(e env, j *job.Job, output string) int {
-	failed := j.State != job.StateSucceeded || j.Result == nil || !j.Result.OK
+func printJob(e env, j *wire.Job, output string) int {
+	failed := j.State != wire.StateSucceeded || j.Result == nil || !j.Result.OK
 	if output == "json" {
 		data, _ := client.MarshalJob(j)
 		fmt.Fprintf(e.stdout, "%s\n", data)
