@@ -7,6 +7,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +203,52 @@ func TestGoClient(t *testing.T) {
 	}
 	if _, err := c.GetSession(ctx, "ses_missing"); !client.IsNotFound(err) {
 		t.Fatalf("missing session: %v", err)
+	}
+}
+
+// readmeExample is the first ```lang block after the README's line
+// heading.
+func readmeExample(t *testing.T, heading, lang string) string {
+	t.Helper()
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	i := strings.Index(s, "\n"+heading+"\n")
+	if i < 0 {
+		t.Fatalf("README has no %q", heading)
+	}
+	s = s[i:]
+	start := strings.Index(s, "\n```"+lang+"\n")
+	if start < 0 {
+		t.Fatalf("README: no %s block after %q", lang, heading)
+	}
+	s = s[start+len("\n```"+lang+"\n"):]
+	end := strings.Index(s, "\n```\n")
+	if end < 0 {
+		t.Fatalf("README: unterminated %s block after %q", lang, heading)
+	}
+	return s[:end+1]
+}
+
+// TestReadmeGoExample runs the README's Go client example against a real
+// sandboxd.
+func TestReadmeGoExample(t *testing.T) {
+	s := startServer(t, clientsConfig)
+	dir, err := os.MkdirTemp("..", "_readme_example_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(readmeExample(t, "### Go (`api/client`)", "go")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", "./"+filepath.Base(dir))
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "SANDBOXD_URL="+s.URL, "SANDBOXD_API_KEY=k-acme")
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "42" {
+		t.Fatalf("README Go example: %v\n%s", err, out)
 	}
 }

@@ -34,7 +34,12 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest, wait time.Durati
 // Run submits a call of tool with args (any value that marshals to a JSON
 // object; nil: none) and waits until it finishes or ctx ends.
 func (c *Client) Run(ctx context.Context, tool string, args any) (*wire.Job, error) {
-	req := SubmitRequest{Tool: tool}
+	return c.RunIn(ctx, "", tool, args)
+}
+
+// RunIn is Run in a session ("": none).
+func (c *Client) RunIn(ctx context.Context, session, tool string, args any) (*wire.Job, error) {
+	req := SubmitRequest{Tool: tool, SessionID: session}
 	if args != nil {
 		data, err := json.Marshal(args)
 		if err != nil {
