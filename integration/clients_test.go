@@ -252,3 +252,69 @@ func TestReadmeGoExample(t *testing.T) {
 		t.Fatalf("README Go example: %v\n%s", err, out)
 	}
 }
+
+// pythonVenv makes a virtual environment of Debian's python with the
+// client installed from a copy of clients/python (so that the build leaves
+// nothing in the tree), as the README says.
+func pythonVenv(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Fatalf("Debian's python3: %v (scripts/setup.sh)", err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if out, err := exec.Command("cp", "-r", "../clients/python", src).CombinedOutput(); err != nil {
+		t.Fatalf("copy: %v %s", err, out)
+	}
+	for _, p := range []string{"build", "src/sandboxd.egg-info"} {
+		os.RemoveAll(filepath.Join(src, p))
+	}
+	venv := filepath.Join(dir, "V")
+	start := time.Now()
+	for _, args := range [][]string{
+		{"/usr/bin/python3", "-m", "venv", "--system-site-packages", venv},
+		{filepath.Join(venv, "bin/pip"), "install", "-q", "--no-build-isolation", "--no-index", src},
+	} {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	t.Logf("venv and pip install took %s", time.Since(start).Round(time.Millisecond))
+	return filepath.Join(venv, "bin/python")
+}
+
+// TestPythonClient installs the Python client into a venv of Debian's
+// python3 and runs its tests (clients/python/tests) against a real
+// sandboxd: run_code's value, streams, callbacks, exception and PNG,
+// files, tools, events and turns, a timeout, and the error paths (bad key,
+// unknown tool, validation error); then the README's example.
+func TestPythonClient(t *testing.T) {
+	py := pythonVenv(t)
+	s := startServer(t, clientsConfig)
+	env := append(os.Environ(), "SANDBOXD_URL="+s.URL, "SANDBOXD_API_KEY=k-acme", "PYTHONDONTWRITEBYTECODE=1")
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(py, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("python %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if where := run("-c", "import sandboxd; print(sandboxd.__file__)"); !strings.Contains(where, "/V/lib/") {
+		t.Fatalf("sandboxd imported from %s, not the venv", where)
+	}
+	out := run("-m", "unittest", "discover", "-v", "-s", "../clients/python/tests")
+	if !strings.Contains(out, "OK") || strings.Contains(out, "skipped") {
+		t.Fatalf("python tests:\n%s", out)
+	}
+	t.Logf("python tests:\n%s", out)
+	example := filepath.Join(t.TempDir(), "example.py")
+	os.WriteFile(example, []byte(readmeExample(t, "### Python (`clients/python`)", "python")), 0o644)
+	if out := run(example); out != "mean 2.8\n5\n5\n1 figure\n" {
+		t.Fatalf("README Python example printed:\n%s", out)
+	}
+}
