@@ -318,3 +318,38 @@ func TestPythonClient(t *testing.T) {
 		t.Fatalf("README Python example printed:\n%s", out)
 	}
 }
+
+// TestTypeScriptClient compiles clients/typescript with tsc and runs its
+// tests with node --test against a real sandboxd, the LangChain.js adapter
+// with the real @langchain/core from npm; then the README's example,
+// importing the package by its name.
+func TestTypeScriptClient(t *testing.T) {
+	dir := npmInstall(t, "../clients/typescript")
+	s := startServer(t, clientsConfig)
+	env := append(os.Environ(), "SANDBOXD_URL="+s.URL, "SANDBOXD_API_KEY=k-acme")
+	cmd := exec.Command("node", "--test", "dist/test/")
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "\n# fail 0\n") || strings.Contains(string(out), "\n# pass 0\n") {
+		t.Fatalf("node --test: %v\n%s", err, out)
+	}
+
+	ex := t.TempDir()
+	os.MkdirAll(filepath.Join(ex, "node_modules"), 0o755)
+	if err := os.Symlink(dir, filepath.Join(ex, "node_modules", "sandboxd")); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ex, "package.json"), []byte(`{"type": "module"}`), 0o644)
+	os.WriteFile(filepath.Join(ex, "example.ts"), []byte(readmeExample(t, "### TypeScript (`clients/typescript`)", "ts")), 0o644)
+	tsc := exec.Command(filepath.Join(dir, "node_modules", ".bin", "tsc"), "--strict", "--target", "es2022", "--module", "nodenext",
+		"--moduleResolution", "nodenext", "--types", "node", "--typeRoots", filepath.Join(dir, "node_modules", "@types"), "example.ts")
+	tsc.Dir = ex
+	if out, err := tsc.CombinedOutput(); err != nil {
+		t.Fatalf("tsc README example: %v\n%s", err, out)
+	}
+	run := exec.Command("node", "example.js")
+	run.Dir, run.Env = ex, env
+	if out, err := run.CombinedOutput(); err != nil || string(out) != "mean 2.8 5\n14\n" {
+		t.Fatalf("README TypeScript example: %v\n%s", err, out)
+	}
+}
