@@ -307,6 +307,12 @@ func TestPythonClient(t *testing.T) {
 	if where := run("-c", "import sandboxd; print(sandboxd.__file__)"); !strings.Contains(where, "/V/lib/") {
 		t.Fatalf("sandboxd imported from %s, not the venv", where)
 	}
+	// Typed: mypy --strict (Debian's python3-mypy) finds nothing.
+	mypy := exec.Command("/usr/bin/python3", "-m", "mypy", "--strict", "--no-incremental", "src")
+	mypy.Dir = "../clients/python"
+	if out, err := mypy.CombinedOutput(); err != nil {
+		t.Fatalf("mypy --strict clients/python/src: %v\n%s", err, out)
+	}
 	out := run("-m", "unittest", "discover", "-v", "-s", "../clients/python/tests")
 	if !strings.Contains(out, "OK") || strings.Contains(out, "skipped") {
 		t.Fatalf("python tests:\n%s", out)

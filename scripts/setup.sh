@@ -14,6 +14,7 @@ command -v ps >/dev/null 2>&1 || need+=(procps)
 /usr/bin/python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv) # clients/python's install test (a venv of Debian's python)
 /usr/bin/python3 -c 'import setuptools' >/dev/null 2>&1 || need+=(python3-setuptools) # pip install --no-build-isolation ./clients/python
 /usr/bin/python3 -c 'import wheel' >/dev/null 2>&1 || need+=(python3-wheel) # setuptools builds the wheel pip installs
+/usr/bin/python3 -c 'import mypy' >/dev/null 2>&1 || need+=(python3-mypy) # clients/python is checked with mypy --strict
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap) # the local runner's benchmark baseline
 [ -x /usr/bin/linux.uml ] || need+=(user-mode-linux) # the local runner's cgroup v2 test (a v2 kernel as a process)
 

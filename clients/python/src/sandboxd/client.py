@@ -10,7 +10,7 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union, cast
 
 from .errors import SandboxdError, TimeoutError, error_for
 
@@ -99,13 +99,16 @@ class Client:
             return error_for(e.code, "")(text, status=e.code, request_id=rid, retry_after=retry)
 
     def _json(self, method: str, path: str, body: Any = None, *, headers: Optional[Mapping[str, str]] = None,
-              wait: Optional[float] = None, raw: Optional[bytes] = None, content_type: str = "") -> Any:
+              wait: Optional[float] = None, raw: Optional[bytes] = None, content_type: str = "") -> JSON:
         data = raw
         if body is not None:
             data, content_type = json.dumps(body).encode(), "application/json"
         timeout = self.timeout + (wait or 0)
         with self._open(method, path, data, content_type, headers, timeout) as resp:
-            return json.loads(resp.read() or b"null")
+            out = json.loads(resp.read() or b"null")
+        if not isinstance(out, dict):
+            raise SandboxdError(f"{method} {path}: the answer is not a JSON object")
+        return out
 
     def _bytes(self, method: str, path: str, timeout: Optional[float] = None) -> Tuple[bytes, str]:
         with self._open(method, path, accept="*/*", timeout=timeout) as resp:
@@ -216,7 +219,7 @@ class Client:
 
     def tools(self, format: str = "") -> List[JSON]:
         """GET /v1/tools: sandboxd's own shape, or format openai, anthropic, mcp."""
-        return self._json("GET", "/v1/tools" + _q({"format": format}))["tools"]
+        return cast(List[JSON], self._json("GET", "/v1/tools" + _q({"format": format}))["tools"])
 
     def tool(self, name: str, format: str = "") -> JSON:
         """GET /v1/tools/{name}."""
@@ -257,14 +260,15 @@ class Client:
         with self._open("GET", _file_path(session_id, path), accept="*/*") as resp:
             body = resp.read()
             if resp.headers.get("Content-Type", "").startswith("application/json"):
-                return json.loads(body)["entries"]
-            return body
+                return cast(List[JSON], json.loads(body)["entries"])
+            return cast(bytes, body)
 
     def put_archive(self, session_id: str, directory: str, tar: bytes) -> int:
         """POST /v1/sessions/{id}/archive: unpacks a tar (or tar.gz); the
         number of entries written."""
-        return self._json("POST", f"/v1/sessions/{_seg(session_id)}/archive" + _q({"path": directory}),
-                          raw=tar, content_type="application/x-tar")["entries"]
+        out = self._json("POST", f"/v1/sessions/{_seg(session_id)}/archive" + _q({"path": directory}),
+                         raw=tar, content_type="application/x-tar")
+        return int(out["entries"])
 
     def get_archive(self, session_id: str, directory: str) -> bytes:
         """GET /v1/sessions/{id}/archive: a tar of the directory."""
