@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -164,6 +165,7 @@ func decodeSubmit(data []byte, headerKey string) (job.SubmitRequest, error) {
 		return req, badRequest("callback_url must be printable and at most 2048 bytes")
 	}
 	req.CallbackURL = b.CallbackURL
+	req.Tags, req.Metadata = b.Tags, b.Metadata
 	return req, nil
 }
 
@@ -213,4 +215,30 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// parseLabelFilter reads a list's ?tag= (repeated: every one) and
+// ?metadata.KEY=VALUE filters. Bounds are the job service's (labels.*).
+func parseLabelFilter(q url.Values) (job.LabelFilter, error) {
+	var f job.LabelFilter
+	for _, t := range q["tag"] {
+		if t == "" {
+			return f, badRequest("tag must not be empty")
+		}
+		f.Tags = append(f.Tags, t)
+	}
+	for k, vs := range q {
+		name, ok := strings.CutPrefix(k, "metadata.")
+		if !ok {
+			continue
+		}
+		if len(vs) != 1 {
+			return f, badRequest(fmt.Sprintf("%s is given %d times; a metadata key has one value", k, len(vs)))
+		}
+		if f.Metadata == nil {
+			f.Metadata = map[string]string{}
+		}
+		f.Metadata[name] = vs[0]
+	}
+	return f, nil
 }

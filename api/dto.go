@@ -48,7 +48,23 @@ func viewJob(j *job.Job) *jobView {
 		State: wire.JobState(j.State), Reason: j.Reason, Result: viewResult(j.Result), Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 		Guard: viewGuard(j.Guard), Egress: viewEgress(j.Egress), Callback: viewCallback(j.Callback),
+		Tags: tagsView(j.Tags), Metadata: metadataView(j.Metadata),
 	}
+}
+
+// tagsView and metadataView show no labels as [] and {}.
+func tagsView(t []string) []string {
+	if t == nil {
+		return []string{}
+	}
+	return t
+}
+
+func metadataView(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }
 
 // CallbackBody is the body of a job's completion callback: the job as GET
@@ -187,7 +203,7 @@ func viewTool(t *tools.Tool) toolView {
 	v := toolView{
 		Name: t.Name, Description: t.Description, InputSchema: t.InputSchema,
 		OutputSchema: t.OutputSchema, Effects: viewEffects(t.Effects), ParallelSafe: t.ParallelSafe,
-		Idempotent: t.Idempotent, Source: t.Source, Available: true,
+		Idempotent: t.Idempotent, ReturnDirect: t.ReturnDirect, Source: t.Source, Available: true,
 	}
 	if err := t.Unavailable(); err != nil {
 		v.Available, v.Unavailable = false, err.Error()
@@ -212,6 +228,7 @@ func viewSession(s *job.Session) *sessionView {
 		TTLSeconds: int64(s.TTL / time.Second), IdleTimeoutSeconds: int64(s.IdleTimeout / time.Second),
 		CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, LastUsedAt: s.LastUsedAt, ClosedAt: s.ClosedAt,
 		Sandbox: s.Sandbox,
+		Tags:    tagsView(s.Tags), Metadata: metadataView(s.Metadata),
 	}
 }
 
@@ -250,7 +267,7 @@ func viewGuard(g *job.GuardRecord) *guardView {
 
 func viewCall(c job.CallRecord) callView {
 	v := callView{
-		CallID: c.CallID, GeneratedID: c.GeneratedID, Tool: c.Tool, JobID: c.JobID, State: c.State, Reason: c.Reason,
+		CallID: c.CallID, GeneratedID: c.GeneratedID, Tool: c.Tool, ReturnDirect: c.ReturnDirect, JobID: c.JobID, State: c.State, Reason: c.Reason,
 		OK: c.OK, Error: c.Error, Details: viewProblems(c.Details), Attempts: c.Attempts, Effects: viewEffects(c.Effects),
 		Artifacts: viewArtifacts(c.Artifacts), Guard: viewGuard(c.Guard), StartedAt: c.StartedAt, FinishedAt: c.FinishedAt,
 		Content: c.Answer, IsError: c.IsError,

@@ -123,8 +123,9 @@ func (rs *jobsResource) get(w http.ResponseWriter, r *http.Request) {
 	rs.respondJob(w, r, tenant, j, wait)
 }
 
-// list: GET /v1/jobs?tool=&state=&session=&since=&until=&tenant=&limit=&cursor=,
-// newest first. since and until (RFC 3339) bound created_at; tenant is the
+// list: GET /v1/jobs?tool=&state=&session=&since=&until=&tag=&metadata.KEY=&tenant=&limit=&cursor=,
+// newest first (tag may repeat: every one must match; so must every
+// metadata.KEY=VALUE). since and until (RFC 3339) bound created_at; tenant is the
 // operator's filter (a tenant's key may name only itself).
 func (rs *jobsResource) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -136,6 +137,10 @@ func (rs *jobsResource) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var err error
+	if f.LabelFilter, err = parseLabelFilter(q); err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
 	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		rs.writeError(w, r, err)
 		return

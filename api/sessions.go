@@ -69,6 +69,7 @@ func (rs *sessionsResource) create(w http.ResponseWriter, r *http.Request) {
 		Image: b.Image, Effects: toEffects(b.Effects),
 		TTL:         time.Duration(b.TTLSeconds) * time.Second,
 		IdleTimeout: time.Duration(b.IdleTimeoutSeconds) * time.Second,
+		Tags:        b.Tags, Metadata: b.Metadata,
 	}
 	if b.Limits != nil {
 		if req.Limits, err = limitsToRunner(*b.Limits); err != nil {
@@ -100,6 +101,10 @@ func (rs *sessionsResource) list(w http.ResponseWriter, r *http.Request) {
 	f := job.SessionFilter{State: job.SessionState(q.Get("state")), Cursor: q.Get("cursor")}
 	var err error
 	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
+	if f.LabelFilter, err = parseLabelFilter(q); err != nil {
 		rs.writeError(w, r, err)
 		return
 	}

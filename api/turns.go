@@ -57,6 +57,7 @@ func viewBatch(b *job.Batch) *batchView {
 		ID: b.ID, State: string(b.State), Dialect: string(b.Dialect), Mode: b.Mode, SessionID: b.SessionID,
 		Calls: make([]callView, len(b.Calls)), Effects: map[string]int{},
 		CreatedAt: b.CreatedAt, Finished: b.FinishedAt, Callback: viewCallback(b.Callback),
+		Tags: tagsView(b.Tags), Metadata: metadataView(b.Metadata),
 	}
 	for i, c := range b.Calls {
 		v.Calls[i] = viewCall(c)
@@ -84,6 +85,9 @@ func viewBatch(b *job.Batch) *batchView {
 			}
 			v.Messages = append(v.Messages, data)
 		}
+	}
+	if answer, ok := b.DirectAnswer(); ok {
+		v.ReturnDirect, v.Final = true, &answer
 	}
 	return v
 }

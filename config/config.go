@@ -62,6 +62,7 @@ type Config struct {
 	Retention    Retention   `yaml:"retention"`
 	Callbacks    Callbacks   `yaml:"callbacks"`
 	Console      Console     `yaml:"console"`
+	Labels       Labels      `yaml:"labels"`
 	// ToolsDir, Tools, Turns and Providers: model turns (POST
 	// /v1/tool-calls), tools without Go code and MCP tool providers
 	// (turns.go).
@@ -110,6 +111,21 @@ type ContainerdRunner struct {
 type Queue struct {
 	Size    int `yaml:"size" env:"SANDBOXD_QUEUE_SIZE" check:"positive" doc:"jobs accepted and waiting for a worker; past it a submit answers 429 with Retry-After"`
 	Workers int `yaml:"workers" env:"SANDBOXD_WORKERS" check:"positive" doc:"jobs running at once"`
+	// TenantMaxRunning caps the jobs one tenant runs at once (a tenant's
+	// own tenants[].max_running wins); 0: DefaultTenantMaxRunning.
+	TenantMaxRunning int `yaml:"tenant_max_running" env:"SANDBOXD_TENANT_MAX_RUNNING" check:"nonnegative" default:"0: three quarters of the workers (at least 1) when two or more tenants are configured, else all of them" doc:"jobs one tenant runs at once, so that another tenant's job finds a worker; queued jobs start in a fair order across tenants by their weight (tenants[].weight), first come first served within a tenant"`
+}
+
+// TenantCap is the running cap of a tenant without its own max_running,
+// given how many tenants are configured.
+func (q Queue) TenantCap(tenants int) int {
+	if q.TenantMaxRunning > 0 {
+		return min(q.TenantMaxRunning, q.Workers)
+	}
+	if tenants < 2 {
+		return q.Workers
+	}
+	return max(q.Workers*3/4, 1)
 }
 
 // API tunes the HTTP API.
@@ -185,6 +201,17 @@ type Console struct {
 	MaxSeries int `yaml:"max_series" check:"positive" doc:"series the console's history keeps (a metric per tenant and outcome, tool, effect or decision; a latency histogram is 23 series per tenant and tool); new series past it are not kept (the page says so). Memory: at most 8 bytes per series and sample, 2160 samples (17 MiB at 1000 series)"`
 }
 
+// Labels bounds the tags and metadata a client attaches to jobs, sessions
+// and turns (so a framework can carry its run and trace ids); a request
+// past a bound is refused with 400 naming it.
+type Labels struct {
+	MaxTags         int `yaml:"max_tags" check:"positive" doc:"tags of one job, session or turn"`
+	MaxTagBytes     int `yaml:"max_tag_bytes" check:"positive" doc:"one tag (printable, not empty)"`
+	MaxMetadataKeys int `yaml:"max_metadata_keys" check:"positive" doc:"metadata keys of one job, session or turn"`
+	MaxKeyBytes     int `yaml:"max_metadata_key_bytes" check:"positive" doc:"one metadata key (letters, digits, '_', '-', '.', ':' or '/')"`
+	MaxValueBytes   int `yaml:"max_metadata_value_bytes" check:"positive" doc:"one metadata value (printable)"`
+}
+
 // Tenant names a tenant and the API keys that authenticate as it.
 type Tenant struct {
 	Name    string   `yaml:"name" default:"required" doc:"the tenant's name (no spaces, at most 128 bytes)"`
@@ -197,8 +224,27 @@ type Tenant struct {
 	// paths on the local runner) the tenant's sessions may name besides
 	// the runner's configured image; empty: that image only.
 	Images []string `yaml:"images" default:"none: only the runner's configured image (runner.docker.image, runner.containerd.image, runner.local.rootfs)" doc:"more images the tenant's sessions may name: references on the container runners (spellings of one image are equal: sandboxd/base = docker.io/sandboxd/base:latest), absolute rootfs paths on the local runner; anything else is a 400 naming the allowed ones, a malformed entry stops sandboxd at start"`
+	// Weight is the tenant's share of the workers when several tenants
+	// have jobs queued, and of the CPU when their sandboxes compete (its
+	// sandboxes share a parent cgroup of this weight); MaxRunning caps its
+	// running jobs (0: queue.tenant_max_running).
+	Weight     int `yaml:"weight" check:"nonnegative" default:"100" doc:"the tenant's share, from 1 to 10000, of the workers while several tenants have jobs queued (jobs start in proportion to the weights) and of the CPU while their sandboxes compete (a parent cgroup per tenant: cpu.weight on cgroup v2, cpu.shares = weight*1024/100 on v1, on the local and docker runners)"`
+	MaxRunning int `yaml:"max_running" check:"nonnegative" default:"queue.tenant_max_running" doc:"the tenant's jobs running at once"`
 	// CallbackSecret signs the completion callbacks of the tenant's jobs.
 	CallbackSecret string `yaml:"callback_secret" default:"callbacks.secret" doc:"the HMAC-SHA256 key of the X-Sandboxd-Signature of the tenant's completion callbacks (give it to the receiver)"`
+}
+
+// DefaultTenantWeight is the weight of a tenant without its own (the
+// cgroup v2 default cpu.weight).
+const DefaultTenantWeight = 100
+
+// MaxTenantWeight is the highest tenants[].weight (cgroup v2's).
+const MaxTenantWeight = 10000
+
+// TenantShare is a tenant's weight and running cap (zero: the defaults).
+type TenantShare struct {
+	Weight     int
+	MaxRunning int
 }
 
 // Tenants is the tenants list; from the environment it reads
@@ -226,6 +272,7 @@ func Defaults() Config {
 		Retention: Retention{MaxAge: 7 * 24 * time.Hour, MaxBytes: 1 << 30, Interval: time.Minute},
 		Callbacks: Callbacks{Attempts: 5, Backoff: time.Second, Timeout: 10 * time.Second},
 		Console:   Console{SampleInterval: 5 * time.Second, MaxSeries: 1000},
+		Labels:    Labels{MaxTags: 16, MaxTagBytes: 128, MaxMetadataKeys: 16, MaxKeyBytes: 64, MaxValueBytes: 512},
 		Turns:     Turns{Concurrency: 8, Retries: 2, RetryBackoff: 100 * time.Millisecond, Keep: time.Hour},
 	}
 }

@@ -16,6 +16,7 @@ import (
 type Tools struct {
 	ReplaceBuiltins []string `yaml:"replace_builtins" default:"none" doc:"the built-in tools a file of tools_dir may replace; a file defining another built-in's name is refused"`
 	Idempotent      []string `yaml:"idempotent" default:"none" doc:"built-in tools marked idempotent: a turn's call whose sandbox died after it may have started is run again (tools spending nothing beyond file_read are anyway)"`
+	ReturnDirect    []string `yaml:"return_direct" default:"none" doc:"built-in tools whose result is the agent's final answer (LangChain return_direct, CrewAI result_as_answer): x-return-direct in the schema exports, return_direct and final_answer in a turn's answer (a tool file or provider tool says return_direct itself)"`
 }
 
 // Turns configures the turn executor (POST /v1/tool-calls).
@@ -51,6 +52,7 @@ type ProviderTool struct {
 	Effects      []tools.Effect `yaml:"effects"`
 	ParallelSafe *bool          `yaml:"parallel_safe"`
 	Idempotent   bool           `yaml:"idempotent"`
+	ReturnDirect bool           `yaml:"return_direct"`
 }
 
 // Providers is the providers list.

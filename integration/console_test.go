@@ -94,6 +94,9 @@ func TestConsole(t *testing.T) {
 	s.do("POST", "/v1/jobs?wait=true", "key-alice", map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": "2+2"},
 		"callback_url": rc.srv.URL + "/console"}, &hooked)
 	waitCallback(t, s, "key-alice", hooked.ID)
+	var labelled jobView
+	s.do("POST", "/v1/jobs?wait=true", "key-alice", map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": "3+3"},
+		"tags": []string{"run-42"}, "metadata": map[string]string{"trace_id": "t-9"}}, &labelled)
 
 	ctx, console := newBrowser(t, chromium)
 	if err := chromedp.Do(ctx, chromedp.Navigate(s.URL+"/")); err != nil {
@@ -102,7 +105,7 @@ func TestConsole(t *testing.T) {
 	useKey(t, ctx, "key-alice")
 
 	t.Run("Overview", func(t *testing.T) { testConsoleCharts(t, ctx, s, "key-alice") })
-	t.Run("Jobs", func(t *testing.T) { testConsoleJobs(t, ctx, s, bash.ID) })
+	t.Run("Jobs", func(t *testing.T) { testConsoleJobs(t, ctx, s, bash.ID, labelled.ID) })
 	t.Run("Job", func(t *testing.T) { testConsoleJob(t, ctx, s, bash.ID, fig.ID, hooked.ID) })
 	t.Run("Live", func(t *testing.T) { testConsoleLive(t, ctx, s) })
 	t.Run("Sessions", func(t *testing.T) { testConsoleSessions(t, ctx, s, ses.ID) })
@@ -288,7 +291,7 @@ func testConsoleCharts(t *testing.T, ctx context.Context, s *server, key string)
 
 // testConsoleJobs: the list shows the tenant's jobs newest first as GET
 // /v1/jobs does; the tool and state filters show what the API filters.
-func testConsoleJobs(t *testing.T, ctx context.Context, s *server, bashID string) {
+func testConsoleJobs(t *testing.T, ctx context.Context, s *server, bashID, labelledID string) {
 	type row struct{ ID, State, Tool, Tenant string }
 	rows := func() []row {
 		return evalJS[[]row](t, ctx, `Array.from(document.querySelectorAll('#job-list tbody tr')).map(function (r) {
@@ -334,6 +337,25 @@ func testConsoleJobs(t *testing.T, ctx context.Context, s *server, bashID string
 		t.Errorf("calculator failed: %v, want the 1/0 job", got)
 	}
 	screenshot(t, ctx, "console-jobs.png")
+	// Labels: the job's tags and metadata show in its row, and the tag and
+	// metadata fields filter as ?tag= and ?metadata.KEY= do.
+	goTo(t, ctx, "#/jobs", `location.hash === '#/jobs' && document.getElementById('f-tool').value === ''`)
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("f-tag"), "run-42"),
+		chromedp.SendKeys(chromedp.ID("f-metadata"), "trace_id=t-9"),
+		chromedp.Click(chromedp.ID("f-apply")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `location.hash.indexOf('tag=run-42') >= 0 && location.hash.indexOf('metadata.trace_id=t-9') >= 0`, 10*time.Second)
+	check("key-alice", "&tag=run-42&metadata.trace_id=t-9")
+	if got := rows(); len(got) != 1 || got[0].ID != labelledID {
+		t.Errorf("jobs by labels: %v, want %s only", got, labelledID)
+	}
+	chips := evalJS[[]string](t, ctx, fmt.Sprintf(`Array.from(document.querySelectorAll('#job-list tr[data-job-id=%q] .labels .tag')).map(function (a) { return a.textContent; })`, labelledID))
+	if !reflect.DeepEqual(chips, []string{"run-42", "trace_id=t-9"}) {
+		t.Errorf("the row's labels: %q", chips)
+	}
 	goTo(t, ctx, "#/jobs?tool=bash", `location.hash === '#/jobs?tool=bash'`)
 	check("key-alice", "&tool=bash")
 	// Find the job and open it by clicking its row.

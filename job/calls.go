@@ -49,6 +49,10 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 			return nil, false, err
 		}
 	}
+	tags, md, err := checkLabels(s.cfg.Labels, "the job", req.Tags, req.Metadata)
+	if err != nil {
+		return nil, false, err
+	}
 	key := req.IdempotencyKey
 	if key != "" {
 		if j, err := s.st.GetByIdempotencyKey(ctx, tenant, key); err == nil {
@@ -81,7 +85,7 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	j := &Job{
 		ID: ids.At("job_", now), Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
 		IdempotencyKey: key, Runner: runnerName, Limits: limits, SessionID: req.SessionID,
-		State: StateQueued, CreatedAt: now,
+		State: StateQueued, CreatedAt: now, Tags: tags, Metadata: md,
 	}
 	if req.CallbackURL != "" {
 		j.Callback = &Callback{URL: req.CallbackURL, State: CallbackPending}
@@ -129,7 +133,7 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	e.events.emit(Event{Type: EventQueued, Time: now, Job: cloneJob(j)})
 	e.mu.Unlock()
 	s.m.queueDepth.Inc()
-	s.queue <- e
+	s.sched.push(e)
 	s.log.Debug("job queued", "job", j.ID, "tenant", tenant, "tool", j.Tool)
 	return snap, true, nil
 }
@@ -154,6 +158,9 @@ func (s *Service) List(ctx context.Context, tenant string, f ListFilter) ([]*Job
 	case "", StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled, StatePendingApproval:
 	default:
 		return nil, "", fmt.Errorf("%w: unknown state %q", ErrInvalid, f.State)
+	}
+	if err := checkFilter(s.cfg.Labels, f.LabelFilter); err != nil {
+		return nil, "", err
 	}
 	return s.st.List(ctx, tenant, f)
 }

@@ -28,6 +28,13 @@ type Config struct {
 	// Queue: Workers jobs run at once; Size bounds the jobs accepted but
 	// not yet started (a Submit beyond it is ErrQueueFull).
 	Queue config.Queue
+	// Shares are the tenants' weights and running caps
+	// (config.TenantShares): the order of the queue (sched.go) and the
+	// CPU weight of their sandboxes. Tenants is how many tenants are
+	// configured, for the running cap of a tenant without its own
+	// (config.Queue.TenantCap); 0 or 1: no cap below Queue.Workers.
+	Shares  map[string]config.TenantShare
+	Tenants int
 	// Limits are the per-job (and per-session) defaults and the operator's
 	// ceilings; a request asking for more than a ceiling is ErrInvalid. A
 	// zero field takes the built-in value (config.Limits.Effective).
@@ -125,6 +132,9 @@ type Config struct {
 	// Egress gives the sandboxes of tools with the http effect their only
 	// way out; nil: such sandboxes are refused (internal error).
 	Egress EgressProvider
+	// Labels bounds the tags and metadata of jobs, sessions and turns
+	// (labels.go); zero fields take config.Defaults().Labels.
+	Labels config.Labels
 	// Turns configures the turn executor (turn.go) and the retries of
 	// infrastructure failures of jobs submitted with Retry (retry.go):
 	// Retries more attempts (0: none), the first after RetryBackoff
@@ -217,6 +227,7 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 		c.WebhookBackoff = time.Second
 	}
 	config.Fill(&c.Callbacks, def.Callbacks)
+	config.Fill(&c.Labels, def.Labels)
 	if c.CallbackClient == nil {
 		c.CallbackClient = newCallbackClient(netclass.NewGuard(c.CallbackPrivate, c.Protected), c.CallbackLookup, c.Callbacks.Timeout)
 	}

@@ -65,6 +65,10 @@ type Job struct {
 	// Callback is the completion webhook and its delivery attempts (nil:
 	// none was asked for); see callback.go.
 	Callback *Callback `json:"callback,omitempty"`
+	// Tags and Metadata are the client's labels (labels.go); a turn's
+	// calls carry the turn's.
+	Tags     []string          `json:"tags,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // SubmitRequest is a validated-at-the-edge request to run one tool call.
@@ -83,6 +87,10 @@ type SubmitRequest struct {
 	// CallbackURL, when set, is POSTed the final record when the job ends
 	// (callback.go); checked at Submit (ErrInvalid).
 	CallbackURL string
+	// Tags and Metadata label the job (bounded by Config.Labels:
+	// ErrInvalid past a bound).
+	Tags     []string
+	Metadata map[string]string
 
 	// The fields below are for in-process callers (the turn executor,
 	// turn.go); the HTTP API never sets them.
@@ -113,6 +121,8 @@ type ListFilter struct {
 	// Since and Until bound CreatedAt: Since <= CreatedAt < Until; zero:
 	// no bound.
 	Since, Until time.Time
+	// LabelFilter keeps the jobs with every tag and metadata pair named.
+	LabelFilter
 	// Limit defaults to 50, at most 500.
 	Limit int
 	// Cursor is the opaque next-page token from a previous List.

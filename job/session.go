@@ -1,6 +1,7 @@
 package job
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -46,6 +47,9 @@ type Session struct {
 	ExpiresAt   time.Time     `json:"expires_at"`
 	LastUsedAt  time.Time     `json:"last_used_at"`
 	ClosedAt    *time.Time    `json:"closed_at,omitempty"`
+	// Tags and Metadata are the client's labels (labels.go).
+	Tags     []string          `json:"tags,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// Sandbox is the ID of the session's sandbox while this process holds
 	// it open (not stored: another replica's, or a closed, session has none).
 	Sandbox string `json:"sandbox,omitempty"`
@@ -63,11 +67,17 @@ type SessionRequest struct {
 	Limits      runner.Limits
 	TTL         time.Duration
 	IdleTimeout time.Duration
+	// Tags and Metadata label the session (bounded by Config.Labels).
+	Tags     []string
+	Metadata map[string]string
 }
 
 // SessionFilter selects a tenant's sessions, newest first.
 type SessionFilter struct {
-	State  SessionState
+	State SessionState
+	// LabelFilter keeps the sessions with every tag and metadata pair
+	// named.
+	LabelFilter
 	Limit  int
 	Cursor string
 }
@@ -81,6 +91,8 @@ func cloneSession(s *Session) *Session {
 	}
 	c := *s
 	c.Effects = slices.Clone(s.Effects)
+	c.Tags = slices.Clone(s.Tags)
+	c.Metadata = maps.Clone(s.Metadata)
 	if s.ClosedAt != nil {
 		t := *s.ClosedAt
 		c.ClosedAt = &t

@@ -175,6 +175,10 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 		idle = s.cfg.Sessions.DefaultIdle
 	}
 	idle = min(idle, ttl)
+	tags, md, err := checkLabels(s.cfg.Labels, "the session", req.Tags, req.Metadata)
+	if err != nil {
+		return nil, err
+	}
 
 	s.mu.RLock()
 	closed := s.closed
@@ -185,7 +189,7 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 	now := time.Now().UTC()
 	sess := &Session{
 		ID: ids.At("ses_", now), Tenant: tenant, Image: image, Effects: effects, Limits: limits,
-		State: SessionCreating, TTL: ttl, IdleTimeout: idle,
+		State: SessionCreating, TTL: ttl, IdleTimeout: idle, Tags: tags, Metadata: md,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), LastUsedAt: now,
 	}
 	ls := &liveSession{sess: sess, turn: make(chan struct{}),
@@ -280,6 +284,7 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 	}
 	spec.Image, spec.Workspace, spec.Limits = sess.Image, ws.View, sess.Limits
 	spec.Labels = map[string]string{"session": sess.ID, "tenant": sess.Tenant}
+	s.tenantSpec(&spec, sess.Tenant)
 	sb, err := s.r.Create(ctx, spec)
 	if err != nil {
 		s.releaseWorkspace(ws)
@@ -333,6 +338,9 @@ func (s *Service) ListSessions(ctx context.Context, tenant string, f SessionFilt
 	case "", SessionCreating, SessionActive, SessionClosed, SessionFailed:
 	default:
 		return nil, "", fmt.Errorf("%w: unknown session state %q", ErrInvalid, f.State)
+	}
+	if err := checkFilter(s.cfg.Labels, f.LabelFilter); err != nil {
+		return nil, "", err
 	}
 	out, next, err := s.st.ListSessions(ctx, tenant, f)
 	if err != nil {

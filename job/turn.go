@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -133,6 +134,10 @@ type Batch struct {
 	// Callback is the batch's completion webhook and its delivery
 	// attempts (nil: none asked for).
 	Callback *Callback `json:"callback,omitempty"`
+	// Tags and Metadata are the turn's labels; every call's job carries
+	// them.
+	Tags     []string          `json:"tags,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 
 	key  string // the client's idempotency key
 	done chan struct{}
@@ -144,12 +149,15 @@ type CallRecord struct {
 	CallID      string `json:"call_id"`
 	GeneratedID bool   `json:"call_id_generated,omitempty"`
 	// Tool is the canonical name (the model's spelling when unknown).
-	Tool   string `json:"tool"`
-	JobID  string `json:"job_id,omitempty"`
-	State  string `json:"state"`
-	Reason string `json:"reason,omitempty"`
-	OK     bool   `json:"ok"`
-	Error  string `json:"error,omitempty"`
+	Tool string `json:"tool"`
+	// ReturnDirect: the tool's result is the agent's final answer
+	// (tools.Tool.ReturnDirect).
+	ReturnDirect bool   `json:"return_direct,omitempty"`
+	JobID        string `json:"job_id,omitempty"`
+	State        string `json:"state"`
+	Reason       string `json:"reason,omitempty"`
+	OK           bool   `json:"ok"`
+	Error        string `json:"error,omitempty"`
 	// Details name the fields of invalid arguments and what was expected.
 	Details   []tools.Problem  `json:"details,omitempty"`
 	Attempts  int              `json:"attempts,omitempty"`
@@ -163,6 +171,22 @@ type CallRecord struct {
 	// Answer is what the model reads (TurnMessages renders it).
 	Answer  string `json:"-"`
 	IsError bool   `json:"-"`
+}
+
+// DirectAnswer is the answer of the first call, in call order, of a
+// return_direct tool that succeeded: the agent's final answer, so the
+// loop stops there. ok is false when there is none (or the batch is not
+// completed).
+func (b *Batch) DirectAnswer() (answer string, ok bool) {
+	if b.State != BatchCompleted {
+		return "", false
+	}
+	for _, c := range b.Calls {
+		if c.ReturnDirect && c.OK && !c.IsError {
+			return c.Answer, true
+		}
+	}
+	return "", false
 }
 
 // Answers are the batch's answers in call order, for tools.TurnMessages.
@@ -187,6 +211,10 @@ type TurnRequest struct {
 	// "turn:<key>:<call id>": a turn sent again with the same key and the
 	// model's call ids gets the same jobs, never runs a call twice.
 	IdempotencyKey string
+	// Tags and Metadata label the batch and its calls' jobs (override
+	// Turn.Tags and Turn.Metadata when set; bounded by Config.Labels).
+	Tags     []string
+	Metadata map[string]string
 }
 
 // pendingCall is a call that will run (or wait for approval) and what the
@@ -226,6 +254,17 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 			return nil, err
 		}
 	}
+	tags, md := req.Tags, req.Metadata
+	if tags == nil {
+		tags = req.Turn.Tags
+	}
+	if md == nil {
+		md = req.Turn.Metadata
+	}
+	tags, md, err := checkLabels(s.cfg.Labels, "the turn", tags, md)
+	if err != nil {
+		return nil, err
+	}
 	if s.isClosed() {
 		return nil, ErrShutdown
 	}
@@ -239,6 +278,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 		ID: ids.At("tc_", now), Tenant: tenant, SessionID: session, Dialect: req.Turn.Dialect,
 		State: BatchRunning, Calls: make([]CallRecord, len(req.Turn.Calls)), Effects: map[tools.Effect]int{},
 		FinalAnswer: req.Turn.FinalAnswer, HasFinal: req.Turn.HasFinal, CreatedAt: now,
+		Tags: tags, Metadata: md,
 		key: req.IdempotencyKey, done: make(chan struct{}), mu: &sync.Mutex{},
 	}
 	if callback != "" {
@@ -268,7 +308,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 			invalid(rec, err)
 			continue
 		}
-		rec.Tool = tool.Name
+		rec.Tool, rec.ReturnDirect = tool.Name, tool.ReturnDirect
 		if !tool.Runnable() {
 			invalid(rec, fmt.Errorf("tool %s is a declaration only and cannot run", tool.Name))
 			continue
@@ -331,7 +371,8 @@ func (t *Turns) mode(session string, run []*pendingCall) string {
 func (t *Turns) submit(ctx context.Context, b *Batch, pc *pendingCall, hold bool) {
 	s := t.s
 	d := pc.decision
-	req := SubmitRequest{Call: pc.call, SessionID: b.SessionID, Decision: &d, Hold: hold, Retry: true}
+	req := SubmitRequest{Call: pc.call, SessionID: b.SessionID, Decision: &d, Hold: hold, Retry: true,
+		Tags: b.Tags, Metadata: b.Metadata}
 	if key := t.callKey(b, pc); key != "" {
 		req.IdempotencyKey = key
 	}
@@ -562,6 +603,7 @@ func (b *Batch) snapshot() *Batch {
 		c.Calls[i] = r
 	}
 	c.Callback = cloneCallback(b.Callback)
+	c.Tags, c.Metadata = slices.Clone(b.Tags), maps.Clone(b.Metadata)
 	c.Effects = make(map[tools.Effect]int, len(b.Effects))
 	for k, v := range b.Effects {
 		c.Effects[k] = v

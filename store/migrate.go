@@ -110,6 +110,12 @@ var migrations = []string{
 	CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at DESC, id DESC);
 	CREATE INDEX IF NOT EXISTS jobs_callback_pending
 		ON jobs (finished_at) WHERE json_extract(callback, '$.state') = 'pending';`,
+	// 6: a client's tags (JSON array) and metadata (JSON object) on jobs
+	// and sessions, NULL when none.
+	`ALTER TABLE jobs ADD COLUMN tags TEXT;
+	ALTER TABLE jobs ADD COLUMN metadata TEXT;
+	ALTER TABLE sessions ADD COLUMN tags TEXT;
+	ALTER TABLE sessions ADD COLUMN metadata TEXT;`,
 }
 
 // migrate brings the schema to the latest version.

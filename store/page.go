@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/job"
 )
 
 // page describes one keyset-paginated, newest-first listing of a tenant's
@@ -21,8 +23,10 @@ type page struct {
 	// since and until bound created_at (since <= created_at < until);
 	// zero: no bound.
 	since, until time.Time
-	limit        int
-	cursor       string
+	// labels are the tags and metadata every row must carry.
+	labels job.LabelFilter
+	limit  int
+	cursor string
 }
 
 // listPage runs p and returns up to p.limit rows (default 50, at most 500)
@@ -54,6 +58,8 @@ func listPage[T any](ctx context.Context, db *sql.DB, p page, scan func(*sql.Row
 		where = append(where, "created_at < ?")
 		args = append(args, p.until.UnixNano())
 	}
+	lw, la := labelWhere(p.labels)
+	where, args = append(where, lw...), append(args, la...)
 	if p.cursor != "" {
 		ts, id, err := decodeCursor(p.cursor)
 		if err != nil {

@@ -12,7 +12,7 @@ import (
 )
 
 const sessionColumns = `id, tenant, image, effects, limits, state, reason, ttl, idle_timeout,
-	created_at, expires_at, last_used_at, closed_at`
+	created_at, expires_at, last_used_at, closed_at, tags, metadata`
 
 // CreateSession implements job.Store.
 func (s *SQLite) CreateSession(ctx context.Context, ss *job.Session) error {
@@ -24,11 +24,15 @@ func (s *SQLite) CreateSession(ctx context.Context, ss *job.Session) error {
 	if err != nil {
 		return fmt.Errorf("create session %s: %w", ss.ID, err)
 	}
+	tags, md, err := encodeLabels(ss.Tags, ss.Metadata)
+	if err != nil {
+		return fmt.Errorf("create session %s: %w", ss.ID, err)
+	}
 	_, err = s.w.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		ss.ID, ss.Tenant, ss.Image, string(eff), string(lim), string(ss.State), ss.Reason,
 		int64(ss.TTL), int64(ss.IdleTimeout), ss.CreatedAt.UnixNano(), ss.ExpiresAt.UnixNano(),
-		ss.LastUsedAt.UnixNano(), nullTime(ss.ClosedAt))
+		ss.LastUsedAt.UnixNano(), nullTime(ss.ClosedAt), tags, md)
 	if isConstraint(err) {
 		return fmt.Errorf("create session %s: %w: id already used", ss.ID, job.ErrConflict)
 	}
@@ -66,8 +70,9 @@ func (s *SQLite) UpdateSession(ctx context.Context, ss *job.Session) error {
 func (s *SQLite) ListSessions(ctx context.Context, tenant string, f job.SessionFilter) ([]*job.Session, string, error) {
 	return listPage(ctx, s.db, page{
 		what: "sessions", table: "sessions", columns: sessionColumns, tenant: tenant, allTenants: tenant == job.AllTenants,
-		eq:    [][2]string{{"state", string(f.State)}},
-		limit: f.Limit, cursor: f.Cursor,
+		eq:     [][2]string{{"state", string(f.State)}},
+		labels: f.LabelFilter,
+		limit:  f.Limit, cursor: f.Cursor,
 	}, scanSessions, func(x *job.Session) (time.Time, string) { return x.CreatedAt, x.ID })
 }
 
@@ -98,9 +103,10 @@ func scanSession(sc scanner) (*job.Session, error) {
 		eff, lim, state              string
 		ttl, idle, created, exp, use int64
 		closed                       sql.NullInt64
+		tags, md                     sql.NullString
 	)
 	err := sc.Scan(&ss.ID, &ss.Tenant, &ss.Image, &eff, &lim, &state, &ss.Reason, &ttl, &idle,
-		&created, &exp, &use, &closed)
+		&created, &exp, &use, &closed, &tags, &md)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, job.ErrNotFound
 	}
@@ -112,6 +118,9 @@ func scanSession(sc scanner) (*job.Session, error) {
 	}
 	if err := json.Unmarshal([]byte(lim), &ss.Limits); err != nil {
 		return nil, fmt.Errorf("decode limits of session %s: %w", ss.ID, err)
+	}
+	if ss.Tags, ss.Metadata, err = decodeLabels(tags, md); err != nil {
+		return nil, fmt.Errorf("session %s: %w", ss.ID, err)
 	}
 	ss.State = job.SessionState(state)
 	ss.TTL, ss.IdleTimeout = time.Duration(ttl), time.Duration(idle)

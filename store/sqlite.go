@@ -101,11 +101,11 @@ func Open(path string) (*SQLite, error) {
 		stmt string
 	}{
 		{s.w, &s.insert, `INSERT INTO jobs (` + jobColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{s.w, &s.update, `UPDATE jobs SET
 		tool = ?, call_id = ?, args = ?, idempotency_key = ?, runner = ?, limits = ?,
 		state = ?, reason = ?, result = ?, attempts = ?, started_at = ?, finished_at = ?,
-		guard = ?, egress = ?, callback = ?
+		guard = ?, egress = ?, callback = ?, tags = ?, metadata = ?
 		WHERE id = ?`},
 		{s.db, &s.get, `SELECT ` + jobColumns + ` FROM jobs WHERE id = ?`},
 	} {
@@ -189,7 +189,7 @@ func (s *SQLite) Close() error {
 
 const jobColumns = `id, tenant, tool, call_id, args, idempotency_key, runner, limits,
 	state, reason, result, attempts, created_at, started_at, finished_at, session_id,
-	guard, egress, callback`
+	guard, egress, callback, tags, metadata`
 
 // Create implements job.Store.
 func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
@@ -200,7 +200,7 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 	_, err = s.insert.ExecContext(ctx,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-		r.guard, r.egress, r.callback)
+		r.guard, r.egress, r.callback, r.tags, r.metadata)
 	if isConstraint(err) {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -240,7 +240,8 @@ func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
 	}
 	res, err := s.update.ExecContext(ctx,
 		r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
-		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback, r.id)
+		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback,
+		r.tags, r.metadata, r.id)
 	if isConstraint(err) {
 		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -260,7 +261,7 @@ func (s *SQLite) List(ctx context.Context, tenant string, f job.ListFilter) ([]*
 	return listPage(ctx, s.db, page{
 		what: "jobs", table: "jobs", columns: jobColumns, tenant: tenant, allTenants: tenant == job.AllTenants,
 		eq:    [][2]string{{"tool", f.Tool}, {"state", string(f.State)}, {"session_id", f.SessionID}},
-		since: f.Since, until: f.Until,
+		since: f.Since, until: f.Until, labels: f.LabelFilter,
 		limit: f.Limit, cursor: f.Cursor,
 	}, scanJobs, func(j *job.Job) (time.Time, string) { return j.CreatedAt, j.ID })
 }
@@ -317,6 +318,7 @@ type row struct {
 	startedAt, finishedAt          sql.NullInt64
 	sessionID                      string
 	guard, egress, callback        sql.NullString
+	tags, metadata                 sql.NullString
 }
 
 func toRow(j *job.Job) (row, error) {
@@ -367,6 +369,9 @@ func toRow(j *job.Job) (row, error) {
 		}
 		r.callback = sql.NullString{String: string(b), Valid: true}
 	}
+	if r.tags, r.metadata, err = encodeLabels(j.Tags, j.Metadata); err != nil {
+		return row{}, err
+	}
 	if j.StartedAt != nil {
 		r.startedAt = sql.NullInt64{Int64: j.StartedAt.UnixNano(), Valid: true}
 	}
@@ -382,7 +387,7 @@ func scanJob(sc scanner) (*job.Job, error) {
 	var r row
 	err := sc.Scan(&r.id, &r.tenant, &r.tool, &r.callID, &r.args, &r.idemKey, &r.runner, &r.limits,
 		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt, &r.sessionID,
-		&r.guard, &r.egress, &r.callback)
+		&r.guard, &r.egress, &r.callback, &r.tags, &r.metadata)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, job.ErrNotFound
 	}
@@ -425,6 +430,9 @@ func scanJob(sc scanner) (*job.Job, error) {
 		if err := json.Unmarshal([]byte(r.callback.String), j.Callback); err != nil {
 			return nil, fmt.Errorf("decode callback of job %s: %w", r.id, err)
 		}
+	}
+	if j.Tags, j.Metadata, err = decodeLabels(r.tags, r.metadata); err != nil {
+		return nil, fmt.Errorf("job %s: %w", r.id, err)
 	}
 	if r.startedAt.Valid {
 		t := time.Unix(0, r.startedAt.Int64).UTC()

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -217,5 +218,32 @@ func TestParseFormat(t *testing.T) {
 				t.Errorf("err = %v, want ErrUnknownFormat", err)
 			}
 		})
+	}
+}
+
+// TestExportReturnDirect: a return_direct tool carries x-return-direct in
+// every format; another tool does not.
+func TestExportReturnDirect(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry()
+	for _, tool := range []*Tool{
+		{Name: "answer", Description: "d", ReturnDirect: true, Run: func(context.Context, Env, map[string]any) (Result, error) { return Result{}, nil }},
+		{Name: "other", Description: "d", Run: func(context.Context, Env, map[string]any) (Result, error) { return Result{}, nil }},
+	} {
+		if err := r.Register(tool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range Formats {
+		out, err := r.Export(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[0][ReturnDirectField] != true {
+			t.Errorf("%s: the return_direct tool lacks %s: %v", f, ReturnDirectField, out[0])
+		}
+		if _, ok := out[1][ReturnDirectField]; ok {
+			t.Errorf("%s: the other tool has %s: %v", f, ReturnDirectField, out[1])
+		}
 	}
 }

@@ -42,6 +42,10 @@ type Turn struct {
 	// CallbackURL is the body's top-level "callback_url", when it has
 	// one: POSTed the batch when every call is answered.
 	CallbackURL string
+	// Tags and Metadata are the body's top-level "tags" and "metadata",
+	// when it has them: the client's labels of the batch and its jobs.
+	Tags     []string
+	Metadata map[string]string
 	// FinalAnswer is a ReAct turn's "Final Answer:" text; HasFinal says
 	// the turn has one (it then has nothing to run).
 	FinalAnswer string
@@ -113,11 +117,13 @@ func ParseTurn(body []byte) (Turn, error) {
 
 // turnObject is the union of the object shapes a turn arrives in.
 type turnObject struct {
-	SessionID   string  `json:"session_id"`
-	CallbackURL string  `json:"callback_url"`
-	Text        *string `json:"text"`
-	Role        string  `json:"role"`
-	Type        string  `json:"type"`
+	SessionID   string            `json:"session_id"`
+	CallbackURL string            `json:"callback_url"`
+	Tags        []string          `json:"tags"`
+	Metadata    map[string]string `json:"metadata"`
+	Text        *string           `json:"text"`
+	Role        string            `json:"role"`
+	Type        string            `json:"type"`
 	Choices     []struct {
 		Message json.RawMessage `json:"message"`
 	} `json:"choices"`
@@ -145,7 +151,7 @@ func (t *Turn) parseValue(body []byte, depth int) error {
 		if err != nil {
 			return err
 		}
-		rt.SessionID, rt.CallbackURL = t.SessionID, t.CallbackURL
+		rt.SessionID, rt.CallbackURL, rt.Tags, rt.Metadata = t.SessionID, t.CallbackURL, t.Tags, t.Metadata
 		*t = rt
 		return nil
 	case '[':
@@ -163,6 +169,12 @@ func (t *Turn) parseValue(body []byte, depth int) error {
 	}
 	if o.CallbackURL != "" {
 		t.CallbackURL = o.CallbackURL
+	}
+	if o.Tags != nil {
+		t.Tags = o.Tags
+	}
+	if o.Metadata != nil {
+		t.Metadata = o.Metadata
 	}
 	switch {
 	case len(o.Choices) > 0:
@@ -215,7 +227,7 @@ func (t *Turn) parseReActInto(text string) error {
 	if err != nil {
 		return err
 	}
-	rt.SessionID, rt.CallbackURL = t.SessionID, t.CallbackURL
+	rt.SessionID, rt.CallbackURL, rt.Tags, rt.Metadata = t.SessionID, t.CallbackURL, t.Tags, t.Metadata
 	*t = rt
 	return nil
 }

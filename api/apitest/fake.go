@@ -103,7 +103,7 @@ func (f *Fake) Submit(ctx context.Context, tenant string, req job.SubmitRequest)
 	j := &job.Job{
 		ID: id, Tenant: tenant, Tool: req.Call.Name, CallID: callID, Args: args,
 		IdempotencyKey: req.IdempotencyKey, Runner: "fake", Limits: req.Limits,
-		State: job.StateQueued, CreatedAt: now(),
+		State: job.StateQueued, CreatedAt: now(), Tags: req.Tags, Metadata: req.Metadata,
 	}
 	e := &entry{j: j}
 	f.jobs[id] = e
@@ -236,7 +236,7 @@ func (f *Fake) List(ctx context.Context, tenant string, lf job.ListFilter) ([]*j
 		j := f.jobs[f.order[i]].j
 		if (j.Tenant != tenant && tenant != job.AllTenants) || (lf.Tool != "" && j.Tool != lf.Tool) || (lf.State != "" && j.State != lf.State) ||
 			(lf.SessionID != "" && j.SessionID != lf.SessionID) || (!lf.Since.IsZero() && j.CreatedAt.Before(lf.Since)) ||
-			(!lf.Until.IsZero() && !j.CreatedAt.Before(lf.Until)) {
+			(!lf.Until.IsZero() && !j.CreatedAt.Before(lf.Until)) || !lf.Matches(j.Tags, j.Metadata) {
 			continue
 		}
 		matched++

@@ -86,6 +86,9 @@ type ListOptions struct {
 	Since, Until                 time.Time
 	Limit                        int
 	Cursor                       string
+	// Tags and Metadata keep the jobs with every tag and metadata pair.
+	Tags     []string
+	Metadata map[string]string
 }
 
 // List returns a page of the tenant's jobs, newest first, and the cursor of
@@ -106,6 +109,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]*wire.Job, string, 
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
 	}
+	labelQuery(q, o.Tags, o.Metadata)
 	var out wire.JobList
 	if err := c.do(ctx, http.MethodGet, withQuery("/v1/jobs", q), nil, &out); err != nil {
 		return nil, "", err
@@ -277,6 +281,16 @@ func (c *Client) DashboardSeries(ctx context.Context, window time.Duration) (jso
 	var out json.RawMessage
 	err := c.do(ctx, http.MethodGet, withQuery("/v1/dashboard/series", q), nil, &out)
 	return out, err
+}
+
+// labelQuery adds a list's label filters to q.
+func labelQuery(q url.Values, tags []string, metadata map[string]string) {
+	for _, t := range tags {
+		q.Add("tag", t)
+	}
+	for k, v := range metadata {
+		q.Set("metadata."+k, v)
+	}
 }
 
 // MarshalJob renders a job as the API shows it, indented, as `sandboxd

@@ -40,6 +40,9 @@ type SessionListOptions struct {
 	State  string
 	Limit  int
 	Cursor string
+	// Tags and Metadata keep the sessions with every tag and metadata pair.
+	Tags     []string
+	Metadata map[string]string
 }
 
 // ListSessions returns a page of the tenant's sessions, newest first.
@@ -54,6 +57,7 @@ func (c *Client) ListSessions(ctx context.Context, o SessionListOptions) ([]*wir
 	if o.Cursor != "" {
 		q.Set("cursor", o.Cursor)
 	}
+	labelQuery(q, o.Tags, o.Metadata)
 	var out wire.SessionList
 	if err := c.do(ctx, http.MethodGet, withQuery("/v1/sessions", q), nil, &out); err != nil {
 		return nil, "", err

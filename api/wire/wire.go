@@ -61,6 +61,9 @@ type SubmitRequest struct {
 	// CallbackURL is POSTed {"type":"job.finished","job":{...}} when the
 	// job finishes.
 	CallbackURL string `json:"callback_url,omitempty"`
+	// Tags and Metadata label the job (the server bounds them: labels.*).
+	Tags     []string          `json:"tags,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Job is a job as GET /v1/jobs/{id} shows it.
@@ -87,6 +90,9 @@ type Job struct {
 	Egress []EgressRecord `json:"egress,omitempty"`
 	// Callback is the completion webhook and its delivery attempts.
 	Callback *Callback `json:"callback,omitempty"`
+	// Tags and Metadata are the client's labels ([] and {} for none).
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 // JobList is a page of GET /v1/jobs.
@@ -247,7 +253,9 @@ type Tool struct {
 	Effects      []Effect        `json:"effects"`
 	ParallelSafe bool            `json:"parallel_safe"`
 	Idempotent   bool            `json:"idempotent,omitempty"`
-	Source       string          `json:"source,omitempty"`
+	// ReturnDirect: the tool's result is the agent's final answer.
+	ReturnDirect bool   `json:"return_direct"`
+	Source       string `json:"source,omitempty"`
 	// Available is false while the tool cannot be called (its provider is
 	// restarting); Unavailable says why.
 	Available   bool   `json:"available"`
@@ -282,6 +290,9 @@ type SessionRequest struct {
 	Limits             *Limits  `json:"limits,omitempty"`
 	TTLSeconds         int64    `json:"ttl_seconds,omitempty"`
 	IdleTimeoutSeconds int64    `json:"idle_timeout_seconds,omitempty"`
+	// Tags and Metadata label the session (bounded by labels.*).
+	Tags     []string          `json:"tags,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Session is a session as GET /v1/sessions/{id} shows it.
@@ -302,6 +313,9 @@ type Session struct {
 	// Sandbox is the session's sandbox while the answering process holds
 	// it open.
 	Sandbox string `json:"sandbox,omitempty"`
+	// Tags and Metadata are the client's labels ([] and {} for none).
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 // SessionList is a page of GET /v1/sessions.
@@ -380,32 +394,40 @@ type Batch struct {
 	Messages  []json.RawMessage `json:"messages,omitempty"`
 	Text      *string           `json:"text,omitempty"`
 	Final     *string           `json:"final_answer,omitempty"`
-	Calls     []CallRecord      `json:"calls"`
-	Effects   map[string]int    `json:"effects"`
-	CreatedAt time.Time         `json:"created_at"`
-	Finished  *time.Time        `json:"finished_at,omitempty"`
-	Note      string            `json:"note,omitempty"`
-	Callback  *Callback         `json:"callback,omitempty"`
+	// ReturnDirect: a call of a return_direct tool succeeded; its answer
+	// is Final and the agent loop stops (no next model turn).
+	ReturnDirect bool           `json:"return_direct"`
+	Calls        []CallRecord   `json:"calls"`
+	Effects      map[string]int `json:"effects"`
+	CreatedAt    time.Time      `json:"created_at"`
+	Finished     *time.Time     `json:"finished_at,omitempty"`
+	Note         string         `json:"note,omitempty"`
+	Callback     *Callback      `json:"callback,omitempty"`
+	// Tags and Metadata are the turn's labels, on every call's job too.
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 // CallRecord is sandboxd's record of one call of a batch.
 type CallRecord struct {
-	CallID      string     `json:"call_id"`
-	GeneratedID bool       `json:"call_id_generated,omitempty"`
-	Tool        string     `json:"tool"`
-	JobID       string     `json:"job_id,omitempty"`
-	State       string     `json:"state"`
-	Reason      string     `json:"reason,omitempty"`
-	OK          bool       `json:"ok"`
-	Error       string     `json:"error,omitempty"`
-	Details     []Problem  `json:"details,omitempty"`
-	Attempts    int        `json:"attempts,omitempty"`
-	Effects     []Effect   `json:"effects,omitempty"`
-	Usage       *Usage     `json:"usage,omitempty"`
-	Artifacts   []Artifact `json:"artifacts,omitempty"`
-	Guard       *Guard     `json:"guard,omitempty"`
-	StartedAt   *time.Time `json:"started_at,omitempty"`
-	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	CallID      string `json:"call_id"`
+	GeneratedID bool   `json:"call_id_generated,omitempty"`
+	Tool        string `json:"tool"`
+	// ReturnDirect: the tool's result is the agent's final answer.
+	ReturnDirect bool       `json:"return_direct,omitempty"`
+	JobID        string     `json:"job_id,omitempty"`
+	State        string     `json:"state"`
+	Reason       string     `json:"reason,omitempty"`
+	OK           bool       `json:"ok"`
+	Error        string     `json:"error,omitempty"`
+	Details      []Problem  `json:"details,omitempty"`
+	Attempts     int        `json:"attempts,omitempty"`
+	Effects      []Effect   `json:"effects,omitempty"`
+	Usage        *Usage     `json:"usage,omitempty"`
+	Artifacts    []Artifact `json:"artifacts,omitempty"`
+	Guard        *Guard     `json:"guard,omitempty"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+	FinishedAt   *time.Time `json:"finished_at,omitempty"`
 	// Content is the answer the model reads for this call.
 	Content string `json:"content"`
 	IsError bool   `json:"is_error"`

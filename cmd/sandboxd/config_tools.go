@@ -31,7 +31,7 @@ func providerConfigs(cfg *config.Config) []provider.Config {
 		if len(p.Tools) > 0 {
 			c.Tools = map[string]provider.ToolConfig{}
 			for name, t := range p.Tools {
-				c.Tools[name] = provider.ToolConfig{Effects: t.Effects, ParallelSafe: t.ParallelSafe, Idempotent: t.Idempotent}
+				c.Tools[name] = provider.ToolConfig{Effects: t.Effects, ParallelSafe: t.ParallelSafe, Idempotent: t.Idempotent, ReturnDirect: t.ReturnDirect}
 			}
 		}
 		out = append(out, c)

@@ -19,13 +19,23 @@ import (
 
 // markIdempotent marks the named built-in tools idempotent (tools.idempotent).
 func markIdempotent(reg *tools.Registry, names []string) error {
+	return markTools(reg, "tools.idempotent", names, func(t *tools.Tool) { t.Idempotent = true })
+}
+
+// markReturnDirect marks the named built-in tools return_direct
+// (tools.return_direct).
+func markReturnDirect(reg *tools.Registry, names []string) error {
+	return markTools(reg, "tools.return_direct", names, func(t *tools.Tool) { t.ReturnDirect = true })
+}
+
+func markTools(reg *tools.Registry, key string, names []string, mark func(*tools.Tool)) error {
 	for _, n := range names {
 		t, ok := reg.Lookup(n)
 		if !ok {
-			return fmt.Errorf("tools.idempotent: no built-in tool %q", n)
+			return fmt.Errorf("%s: no built-in tool %q", key, n)
 		}
 		c := *t
-		c.Idempotent = true
+		mark(&c)
 		if err := reg.Register(&c); err != nil {
 			return err
 		}

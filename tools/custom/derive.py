@@ -8,7 +8,7 @@ import ast, json, re, sys
 
 SECTIONS = re.compile(r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|See Also|Attributes)\s*:\s*$")
 ARGLINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
-SETTINGS = {"effects", "parallel_safe", "idempotent", "response_format", "timeout", "image"}
+SETTINGS = {"effects", "parallel_safe", "idempotent", "return_direct", "result_as_answer", "response_format", "timeout", "image"}
 
 
 class Refused(Exception):
@@ -177,7 +177,7 @@ def derive(src):
     if required:
         schema["required"] = required
     out = {"name": f.name, "description": desc, "input_schema": schema, "content_and_artifact": split}
-    for k in ("effects", "parallel_safe", "idempotent", "timeout", "image"):
+    for k in ("effects", "parallel_safe", "idempotent", "return_direct", "result_as_answer", "timeout", "image"):
         if k in settings:
             out[k] = settings[k]
     return out

@@ -40,6 +40,8 @@ type derived struct {
 	Effects            []tools.Effect  `json:"effects"`
 	ParallelSafe       *bool           `json:"parallel_safe"`
 	Idempotent         bool            `json:"idempotent"`
+	ReturnDirect       bool            `json:"return_direct"`
+	ResultAsAnswer     bool            `json:"result_as_answer"`
 	Timeout            float64         `json:"timeout"`
 	Image              string          `json:"image"`
 	Error              string          `json:"error"`
@@ -49,7 +51,8 @@ type derived struct {
 //
 // Module-level settings (literals) tune it: effects (default [exec]; exec
 // is always added: the function runs in a sandbox), parallel_safe (default
-// true), idempotent, timeout (seconds), image, and response_format =
+// true), idempotent, return_direct (or result_as_answer: the result is the
+// agent's final answer), timeout (seconds), image, and response_format =
 // "content_and_artifact" (also implied by a tuple[str, X] return hint),
 // which splits a returned (content, artifact) pair like LangChain does:
 // the content goes to the model, the artifact is stored apart.
@@ -85,7 +88,8 @@ func parsePython(ctx context.Context, sb Sandbox, python, path string, src []byt
 	t := &tools.Tool{
 		Name: d.Name, Description: d.Description, InputSchema: d.InputSchema, Effects: effects,
 		ParallelSafe: d.ParallelSafe == nil || *d.ParallelSafe, Idempotent: d.Idempotent,
-		Image: d.Image, Source: "file:" + path,
+		ReturnDirect: d.ReturnDirect || d.ResultAsAnswer,
+		Image:        d.Image, Source: "file:" + path,
 	}
 	if d.Timeout > 0 {
 		t.Limits.Timeout = time.Duration(d.Timeout * float64(time.Second))

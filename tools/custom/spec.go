@@ -35,10 +35,14 @@ type fileSpec struct {
 	Effects []tools.Effect `yaml:"effects"`
 	// ParallelSafe defaults to true: every call outside a session gets a
 	// fresh sandbox (see tools.Tool.ParallelSafe).
-	ParallelSafe *bool      `yaml:"parallel_safe"`
-	Idempotent   bool       `yaml:"idempotent"`
-	Image        string     `yaml:"image"`
-	Limits       limitsSpec `yaml:"limits"`
+	ParallelSafe *bool `yaml:"parallel_safe"`
+	Idempotent   bool  `yaml:"idempotent"`
+	// ReturnDirect (or its CrewAI name result_as_answer): the tool's
+	// result is the agent's final answer (tools.Tool.ReturnDirect).
+	ReturnDirect   bool       `yaml:"return_direct"`
+	ResultAsAnswer bool       `yaml:"result_as_answer"`
+	Image          string     `yaml:"image"`
+	Limits         limitsSpec `yaml:"limits"`
 	// Exactly one of Argv and Script.
 	Argv []string `yaml:"argv"`
 	// Script is a file (relative to the YAML file's directory, inside the
@@ -126,7 +130,8 @@ func parseYAML(path, root string, data []byte) (*tools.Tool, string, error) {
 	t := &tools.Tool{
 		Name: fs.Name, Description: strings.TrimSpace(fs.Description), InputSchema: schema, Effects: effects,
 		ParallelSafe: fs.ParallelSafe == nil || *fs.ParallelSafe, Idempotent: fs.Idempotent,
-		Image: fs.Image, Limits: limits, Source: "file:" + path,
+		ReturnDirect: fs.ReturnDirect || fs.ResultAsAnswer,
+		Image:        fs.Image, Limits: limits, Source: "file:" + path,
 	}
 	env := sandboxEnv(fs.Env)
 	switch {

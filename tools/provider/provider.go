@@ -71,6 +71,8 @@ type ToolConfig struct {
 	// ParallelSafe, Idempotent: see tools.Tool.
 	ParallelSafe *bool
 	Idempotent   bool
+	// ReturnDirect: see tools.Tool.
+	ReturnDirect bool
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)

@@ -295,7 +295,7 @@ func (p *provider) toolOf(t *mcp.Tool) (*tools.Tool, error) {
 	remote := t.Name
 	return &tools.Tool{
 		Name: name, Description: desc, InputSchema: schema, Effects: slices.Clone(effects),
-		ParallelSafe: parallel, Idempotent: tc.Idempotent, Source: "provider:" + p.cfg.Name,
+		ParallelSafe: parallel, Idempotent: tc.Idempotent, ReturnDirect: tc.ReturnDirect, Source: "provider:" + p.cfg.Name,
 		Available: p.unavailable,
 		Run: func(ctx context.Context, _ tools.Env, args map[string]any) (tools.Result, error) {
 			return p.call(ctx, remote, args)

@@ -337,7 +337,29 @@
 
   // ---- jobs list ---------------------------------------------------------
 
-  var FILTERS = ["tenant", "tool", "state", "session", "since", "until"];
+  var FILTERS = ["tenant", "tool", "state", "session", "tag", "since", "until"];
+
+  // labelsNode shows a record's tags (each a link to the jobs carrying
+  // it) and metadata (key=value, each a link to its filter).
+  function labelsNode(tags, md) {
+    var box = el("span", { className: "labels" });
+    (tags || []).forEach(function (t) {
+      box.appendChild(el("a", { className: "tag", href: "#/jobs?tag=" + encodeURIComponent(t), text: t, data: { tag: t } }));
+    });
+    Object.keys(md || {}).sort().forEach(function (k) {
+      box.appendChild(el("a", { className: "tag meta", href: "#/jobs?" + new URLSearchParams([["metadata." + k, md[k]]]).toString(),
+        text: k + "=" + md[k], data: { metaKey: k } }));
+    });
+    return box;
+  }
+
+  // metaFilter reads the metadata field: "k=v k2=v2" to [[k, v], ...].
+  function metaFilter(text) {
+    return text.split(/\s+/).filter(Boolean).map(function (kv) {
+      var i = kv.indexOf("=");
+      return i > 0 ? [kv.slice(0, i), kv.slice(i + 1)] : null;
+    }).filter(Boolean);
+  }
 
   // toLocalInput and fromLocalInput convert between RFC 3339 and the
   // datetime-local field (the browser's time zone).
@@ -359,10 +381,14 @@
       var v = query.get(f) || "";
       $("f-" + f).value = (f === "since" || f === "until") ? toLocalInput(v) : v;
     });
+    var metas = [];
+    query.forEach(function (v, k) { if (k.indexOf("metadata.") === 0) metas.push([k.slice(9), v]); });
+    $("f-metadata").value = metas.map(function (m) { return m[0] + "=" + m[1]; }).join(" ");
     $("f-tenant").parentNode.hidden = !/^operator/.test(document.body.dataset.scope || "");
     var cursor = "", extra = false;
     var params = new URLSearchParams();
     FILTERS.forEach(function (f) { if (query.get(f)) params.set(f, query.get(f)); });
+    metas.forEach(function (m) { params.set("metadata." + m[0], m[1]); });
     var body = $("job-list").tBodies[0];
     var load = function (append) {
       var p = new URLSearchParams(params);
@@ -393,6 +419,7 @@
       el("td", {}, [stateBadge(j.state)]),
       el("td", { text: j.reason || "" }),
       el("td", {}, [j.session_id ? el("a", { href: "#/jobs?session=" + encodeURIComponent(j.session_id), text: j.session_id, className: "mono" }) : ""]),
+      el("td", { className: "labels-cell" }, [labelsNode(j.tags, j.metadata)]),
       el("td", { className: "num", text: fmtMs(jobDurationMs(j)) })
     ]);
     tr.className = "clickable";
@@ -411,6 +438,7 @@
         if (f === "since" || f === "until") v = fromLocalInput(v);
         if (v) p.set(f, v);
       });
+      metaFilter($("f-metadata").value).forEach(function (m) { p.set("metadata." + m[0], m[1]); });
       var h = "#/jobs" + (p.toString() ? "?" + p.toString() : "");
       if (location.hash === h) route(); else location.hash = h;
     });
@@ -504,7 +532,9 @@
       ["created", fmtTime(j.created_at)],
       ["started", fmtTime(j.started_at)],
       ["finished", fmtTime(j.finished_at)],
-      ["attempts", String(j.attempts)]
+      ["attempts", String(j.attempts)],
+      ["tags", labelsNode(j.tags, null)],
+      ["metadata", labelsNode(null, j.metadata)]
     ], "job-summary"));
 
     // Live output, shown while the job runs (stream fills it).
@@ -664,6 +694,7 @@
               el("td", { className: "mono", text: s.sandbox || DASH, title: s.sandbox ? "" : "held by another replica, or not created yet" }),
               el("td", { text: s.image || "default" }),
               el("td", { text: (s.effects || []).join(", ") }),
+              el("td", { className: "labels-cell" }, [labelsNode(s.tags, s.metadata)]),
               el("td", { className: "num", text: fmtAge(s.created_at) }),
               el("td", { className: "num", text: fmtAge(s.last_used_at) }),
               el("td", { text: fmtTime(s.expires_at) }),
