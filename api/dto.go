@@ -114,6 +114,7 @@ func viewResult(r *tools.Result) *wire.Result {
 	v := &wire.Result{
 		OK: r.OK, Content: r.Content, Error: r.Error, Artifacts: viewArtifacts(r.Artifacts),
 		Usage: viewUsage(r.Usage), Effects: viewEffects(r.Effects), Truncated: r.Truncated,
+		Value: r.Value,
 	}
 	if p := r.Process; p != nil {
 		v.Process = &wire.Process{

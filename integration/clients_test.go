@@ -320,7 +320,7 @@ func TestPythonClient(t *testing.T) {
 	t.Logf("python tests:\n%s", out)
 	example := filepath.Join(t.TempDir(), "example.py")
 	os.WriteFile(example, []byte(readmeExample(t, "### Python (`clients/python`)", "python")), 0o644)
-	if out := run(example); out != "mean 2.8\n5\n5\n1 figure\n" {
+	if out := run(example); out != "mean 2.8\n5\n5\n5\n1 figure\n" {
 		t.Fatalf("README Python example printed:\n%s", out)
 	}
 }
@@ -355,7 +355,7 @@ func TestTypeScriptClient(t *testing.T) {
 	}
 	run := exec.Command("node", "example.js")
 	run.Dir, run.Env = ex, env
-	if out, err := run.CombinedOutput(); err != nil || string(out) != "mean 2.8 5\n14\n" {
+	if out, err := run.CombinedOutput(); err != nil || string(out) != "5 \"mean 2.8\\n5\\n\"\n14\n\n" {
 		t.Fatalf("README TypeScript example: %v\n%s", err, out)
 	}
 }

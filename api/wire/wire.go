@@ -117,6 +117,9 @@ type Result struct {
 	Process *Process `json:"process,omitempty"`
 	// Truncated is set when the output was cut by an output cap.
 	Truncated bool `json:"truncated,omitempty"`
+	// Value is the repr() of a session python_repl cell's trailing
+	// expression ("" when none or None); Content has it printed too.
+	Value string `json:"value,omitempty"`
 }
 
 // Artifact is a file produced by a tool.

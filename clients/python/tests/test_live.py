@@ -10,22 +10,14 @@ import unittest
 
 import sandboxd
 from sandboxd import Client, Sandbox
-from sandboxd.sandbox import _value
+from sandboxd.sandbox import _execution_error
 
 
-class ValueTest(unittest.TestCase):
-    def test_value(self):
-        cases = [
-            ("hi\n42", "hi\n", "", "42"),
-            ("hi\n42\n\n[stderr]\nerr\n", "hi\n", "err\n", "42"),
-            ("hi\n\n[stderr]\nerr\n", "hi\n", "err\n", None),
-            ("42", "", "", "42"),
-            ("no-newline\n'x'", "no-newline", "", "'x'"),
-            ("[stderr]\ne", "", "e", None),
-            ("", "", "", None),
-        ]
-        for content, out, err, want in cases:
-            self.assertEqual(_value(content, out, err), want, (content, out, err))
+class ErrorTest(unittest.TestCase):
+    def test_execution_error(self):
+        e = _execution_error("the code raised KeyError: 'k'", "Traceback ...")
+        self.assertEqual((e.name, e.value, e.traceback), ("KeyError", "'k'", "Traceback ..."))
+        self.assertEqual(_execution_error("process exited with code 3", "").name, "Error")
 
 
 class LiveTest(unittest.TestCase):
@@ -43,9 +35,9 @@ class LiveTest(unittest.TestCase):
                               on_stdout=chunks.append, on_stderr=chunks.append)
         self.assertIsNone(e.error)
         self.assertEqual(e.value, "42")
-        self.assertEqual(e.stdout, "hi\n")
+        self.assertEqual(e.stdout, "hi\n42\n")
         self.assertEqual(e.stderr, "warn\n")
-        self.assertEqual(chunks, ["hi\n", "warn\n"])
+        self.assertEqual(chunks, ["hi\n", "warn\n", "42\n"])
         self.assertIn("42", e.text)
         self.assertEqual(self.sbx.run_code("x + 1").value, "22")  # the interpreter keeps its globals
         self.assertIsNone(self.sbx.run_code("y = 1").value)

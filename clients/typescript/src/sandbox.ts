@@ -4,9 +4,6 @@ import { Client, type ClientOptions } from "./client.js";
 import { NotFoundError, SandboxdError, TimeoutError, ToolError } from "./errors.js";
 import type { Artifact, FileInfo, Job, Result, Session } from "./types.js";
 
-const STDERR_LABEL = "[stderr]";
-const RESTARTED = "\n[the REPL was restarted: earlier variables are gone]";
-
 /** An exception raised by the code (E2B's execution.error). */
 export interface ExecutionError {
   name: string;
@@ -22,9 +19,9 @@ export interface Logs {
 export interface Execution {
   /** The call's content: what a model reads (stdout, the value, stderr under "[stderr]"). */
   text: string;
-  /** The repr of the cell's trailing expression; undefined when there is none. */
+  /** The repr of the cell's trailing expression (the result's value); undefined when there is none or it is None. */
   value: string | undefined;
-  /** The output chunks as they streamed. */
+  /** The output chunks as they streamed (the printed value last). */
   logs: Logs;
   artifacts: Artifact[];
   error: ExecutionError | undefined;
@@ -47,26 +44,15 @@ export interface RunOptions {
   onStderr?: (chunk: string) => void;
 }
 
-/** The trailing expression's repr, from the call's content (see job/session_run.go). */
-export function valueOf(content: string, stdout: string, stderr: string): string | undefined {
-  let out = content.endsWith(RESTARTED) ? content.slice(0, -RESTARTED.length) : content;
-  if (stderr) {
-    const tail = STDERR_LABEL + "\n" + stderr;
-    if (!out.endsWith(tail)) return undefined;
-    out = out.slice(0, -tail.length);
-  }
-  if (!out.startsWith(stdout)) return undefined;
-  let rest = out.slice(stdout.length);
-  if (stdout && !stdout.endsWith("\n") && rest.startsWith("\n")) rest = rest.slice(1);
-  if (stderr) rest = rest.replace(/\n+$/, "");
-  return rest || undefined;
-}
+const RAISED = "the code raised ";
 
-function executionError(tb: string): ExecutionError {
-  const lines = tb.trim().split("\n").filter((l) => l.trim() !== "");
-  const last = lines[lines.length - 1] ?? tb;
-  const m = /^([A-Za-z_][\w.]*)(?::\s?(.*))?$/.exec(last);
-  return m ? { name: m[1]!, value: m[2] ?? "", traceback: tb } : { name: "Error", value: last, traceback: tb };
+/** The code's exception from the result's error ("the code raised ZeroDivisionError: division by zero"). */
+export function executionError(error: string, traceback: string): ExecutionError {
+  if (error.startsWith(RAISED)) {
+    const m = /^([A-Za-z_][\w.]*)(?::\s?(.*))?$/.exec(error.slice(RAISED.length).trim());
+    if (m) return { name: m[1]!, value: m[2] ?? "", traceback };
+  }
+  return { name: "Error", value: error, traceback };
 }
 
 export interface SandboxOptions extends ClientOptions {
@@ -181,10 +167,10 @@ export class Sandbox {
     const client = this.client;
     return {
       text: content,
-      value: ok ? valueOf(content, logs.stdout.join(""), logs.stderr.join("")) : undefined,
+      value: ok ? res?.value || undefined : undefined,
       logs,
       artifacts,
-      error: ok ? undefined : executionError(res?.error || content || job.reason || "failed"),
+      error: ok ? undefined : executionError(res?.error || job.reason || "failed", res?.process?.stderr || content),
       job,
       pngs: () => Promise.all(artifacts.filter((a) => a.mime_type === "image/png" && a.url).map((a) => client.download(a.url!))),
     };

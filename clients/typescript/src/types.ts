@@ -32,6 +32,8 @@ export interface Result {
   effects?: string[];
   process?: { exit_code: number; signal?: string; oom_killed?: boolean; timed_out?: boolean; stdout: string; stderr: string };
   truncated?: boolean;
+  /** The repr() of a session python_repl cell's trailing expression. */
+  value?: string;
 }
 
 export interface Job {

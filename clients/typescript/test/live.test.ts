@@ -8,17 +8,14 @@ import { after, before, describe, it } from "node:test";
 import { ToolInputParsingException } from "@langchain/core/tools";
 
 import {
-  AuthenticationError, Client, NotFoundError, Sandbox, TimeoutError, ToolError, UnknownToolError, ValidationError, valueOf,
+  AuthenticationError, Client, NotFoundError, Sandbox, TimeoutError, ToolError, UnknownToolError, ValidationError, executionError,
 } from "../src/index.js";
 import { sandboxdTools } from "../src/langchain.js";
 
-describe("valueOf", () => {
-  it("finds the trailing expression's value", () => {
-    assert.equal(valueOf("hi\n42", "hi\n", ""), "42");
-    assert.equal(valueOf("hi\n42\n\n[stderr]\nerr\n", "hi\n", "err\n"), "42");
-    assert.equal(valueOf("hi\n\n[stderr]\nerr\n", "hi\n", "err\n"), undefined);
-    assert.equal(valueOf("no-newline\n'x'", "no-newline", ""), "'x'");
-    assert.equal(valueOf("", "", ""), undefined);
+describe("executionError", () => {
+  it("names the code's exception", () => {
+    assert.deepEqual(executionError("the code raised KeyError: 'k'", "Traceback ..."), { name: "KeyError", value: "'k'", traceback: "Traceback ..." });
+    assert.equal(executionError("process exited with code 3", "").name, "Error");
   });
 });
 
@@ -38,8 +35,8 @@ describe("Sandbox", () => {
     });
     assert.equal(e.error, undefined);
     assert.equal(e.value, "42");
-    assert.deepEqual(e.logs, { stdout: ["hi\n"], stderr: ["warn\n"] });
-    assert.deepEqual(chunks, ["hi\n", "warn\n"]);
+    assert.deepEqual(e.logs, { stdout: ["hi\n", "42\n"], stderr: ["warn\n"] });
+    assert.deepEqual(chunks, ["hi\n", "warn\n", "42\n"]);
     assert.equal((await sbx.runCode("x + 1")).value, "22");
   });
 
@@ -120,9 +117,9 @@ describe("LangChain.js adapter", () => {
 
       // A direct invocation returns the content; a tool call a ToolMessage whose artifact is the job.
       assert.equal(await repl.invoke({ code: "acc = 40" }), "");
-      assert.equal(await repl.invoke({ code: "acc + 2" }), "42");
+      assert.equal(await repl.invoke({ code: "acc + 2" }), "42\n");
       const msg = await repl.invoke({ type: "tool_call", id: "call_1", name: "python_repl", args: { code: "acc * 2" } });
-      assert.equal(msg.content, "80");
+      assert.equal(msg.content, "80\n");
       assert.equal(msg.tool_call_id, "call_1");
       assert.equal(msg.artifact.session_id, session.id);
 

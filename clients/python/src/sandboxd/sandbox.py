@@ -10,8 +10,6 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from .client import JSON, Client
 from .errors import SandboxdError, TimeoutError, ToolError
 
-_STDERR_LABEL = "[stderr]"
-_RESTARTED = "\n[the REPL was restarted: earlier variables are gone]"
 
 
 @dataclass
@@ -56,8 +54,9 @@ class Execution:
 
     ``text`` is the call's content (what a model reads: stdout, the value,
     stderr under "[stderr]"); ``value`` the repr of the cell's trailing
-    expression (None when there is none); ``logs.stdout``/``logs.stderr``
-    the output chunks as they streamed; ``pngs`` the figures' bytes."""
+    expression (the result's ``value``; None when there is none or it is
+    None); ``logs.stdout``/``logs.stderr`` the output chunks as they
+    streamed (the printed value last); ``pngs`` the figures' bytes."""
 
     text: str
     value: Optional[str]
@@ -110,38 +109,19 @@ def _artifacts(client: Client, result: Optional[JSON]) -> List[Artifact]:
     return out
 
 
-def _value(content: str, stdout: str, stderr: str) -> Optional[str]:
-    """The trailing expression's repr, from the call's content: stdout, a
-    newline unless stdout ends with one, the value; then, when stderr is
-    not empty, a blank line and stderr under its label."""
-    out = content
-    if out.endswith(_RESTARTED):
-        out = out[: -len(_RESTARTED)]
-    if stderr:
-        tail = _STDERR_LABEL + "\n" + stderr
-        if not out.endswith(tail):
-            return None
-        out = out[: -len(tail)]
-    if not out.startswith(stdout):
-        return None
-    rest = out[len(stdout):]
-    if stdout and not stdout.endswith("\n") and rest.startswith("\n"):
-        rest = rest[1:]
-    if stderr:
-        rest = rest.rstrip("\n")
-    return rest or None
-
-
+_RAISED = "the code raised "
 _EXC = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 
 
-def _execution_error(tb: str) -> ExecutionError:
-    lines = [ln for ln in tb.strip().splitlines() if ln.strip()]
-    last = lines[-1] if lines else tb
-    m = _EXC.match(last)
-    if m:
-        return ExecutionError(m.group(1), m.group(2) or "", tb)
-    return ExecutionError("Error", last, tb)
+def _execution_error(error: str, traceback: str) -> ExecutionError:
+    """The code's exception from the result's error ("the code raised
+    ZeroDivisionError: division by zero") and its traceback; any other
+    failure (a timeout, sys.exit) is named Error."""
+    if error.startswith(_RAISED):
+        m = _EXC.match(error[len(_RAISED):].strip())
+        if m:
+            return ExecutionError(m.group(1), m.group(2) or "", traceback)
+    return ExecutionError("Error", error, traceback)
 
 
 class Files:
@@ -264,9 +244,11 @@ class Sandbox:
         error = None
         value = None
         if res.get("ok"):
-            value = _value(content, "".join(logs.stdout), "".join(logs.stderr))
+            value = res.get("value") or None
         else:
-            error = _execution_error(res.get("error") or content or job.get("reason", "failed"))
+            proc = res.get("process") or {}
+            error = _execution_error(str(res.get("error") or job.get("reason", "failed")),
+                                     str(proc.get("stderr") or content))
         return Execution(content, value, logs, _artifacts(self.client, res), error, job)
 
     def run(self, tool: str, *, timeout: Optional[float] = None, check: bool = False,
