@@ -83,7 +83,7 @@ func TestGoClient(t *testing.T) {
 		return j
 	}
 	run("python_repl", `{"code": "acc = 40"}`)
-	if j := run("python_repl", `{"code": "acc + 2"}`); !j.Result.OK || !strings.Contains(j.Result.Content, "42") {
+	if j := run("python_repl", `{"code": "acc + 2"}`); !j.Result.OK || j.Result.Content != "42\n" || j.Result.Value != "42" {
 		t.Fatalf("REPL state: %+v", j.Result)
 	}
 	j := run("python_repl", `{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"}`)
