@@ -17,6 +17,7 @@ command -v ps >/dev/null 2>&1 || need+=(procps)
 /usr/bin/python3 -c 'import mypy' >/dev/null 2>&1 || need+=(python3-mypy) # clients/python is checked with mypy --strict
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap) # the local runner's benchmark baseline
 [ -x /usr/bin/linux.uml ] || need+=(user-mode-linux) # the local runner's cgroup v2 test (a v2 kernel as a process)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose) # integration/compose_test.go: Debian's docker-compose 1.29
 
 if [ "${#need[@]}" -gt 0 ]; then
 	echo "setup: installing ${need[*]}"
