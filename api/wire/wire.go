@@ -212,6 +212,8 @@ const (
 	EventStdout          = "stdout"
 	EventStderr          = "stderr"
 	EventFinished        = "finished"
+	// EventKilled: the process was killed at its deadline (persisted).
+	EventKilled = "killed"
 )
 
 // Event is one step of a job's life (the data of one server-sent event).

@@ -60,7 +60,7 @@ export interface Job {
 
 export interface JobEvent {
   seq: number;
-  type: "queued" | "pending_approval" | "started" | "stdout" | "stderr" | "finished";
+  type: "queued" | "pending_approval" | "started" | "stdout" | "stderr" | "killed" | "finished";
   time: string;
   data?: string;
   job?: Job;
