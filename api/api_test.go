@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sandboxd/sandboxd/api/wire"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -290,7 +291,7 @@ func TestGetListCancel(t *testing.T) {
 	h.fake.Finish(ids[0], okResult("done"))
 
 	rec := h.do("GET", "/v1/jobs/"+ids[0], "")
-	if j := decodeJob(t, rec.Body.String()); rec.Code != 200 || j.State != job.StateSucceeded {
+	if j := decodeJob(t, rec.Body.String()); rec.Code != 200 || j.State != wire.StateSucceeded {
 		t.Fatalf("get: %d %s", rec.Code, rec.Body)
 	}
 	if rec := h.do("GET", "/v1/jobs/job_404", ""); rec.Code != 404 || decodeErr(t, rec.Body.String()).Code != CodeNotFound {
@@ -339,11 +340,11 @@ func TestGetListCancel(t *testing.T) {
 	}
 
 	rec = h.do("POST", "/v1/jobs/"+ids[1]+"/cancel", "")
-	if j := decodeJob(t, rec.Body.String()); rec.Code != 200 || j.State != job.StateCancelled || j.Reason != job.ReasonCancelled {
+	if j := decodeJob(t, rec.Body.String()); rec.Code != 200 || j.State != wire.StateCancelled || j.Reason != job.ReasonCancelled {
 		t.Fatalf("cancel: %d %s", rec.Code, rec.Body)
 	}
 	rec = h.do("POST", "/v1/jobs/"+ids[0]+"/cancel", "")
-	if j := decodeJob(t, rec.Body.String()); rec.Code != 200 || j.State != job.StateSucceeded {
+	if j := decodeJob(t, rec.Body.String()); rec.Code != 200 || j.State != wire.StateSucceeded {
 		t.Fatalf("cancel terminal: %d %s", rec.Code, rec.Body)
 	}
 	if rec := h.do("POST", "/v1/jobs/nope/cancel", ""); rec.Code != 404 {

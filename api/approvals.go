@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -47,30 +46,6 @@ func (rs *approvalsResource) Routes() chi.Router {
 	r.Get("/{id}", rs.get)
 	r.Post("/{id}", rs.decide)
 	return r
-}
-
-// approvalView is an approval as the API shows it.
-type approvalView struct {
-	*job.Approval
-}
-
-func viewApproval(a *job.Approval) approvalView {
-	c := *a
-	if c.Arguments == nil {
-		c.Arguments = []byte("{}")
-	}
-	return approvalView{&c}
-}
-
-type approvalList struct {
-	Approvals  []approvalView `json:"approvals"`
-	NextCursor string         `json:"next_cursor"`
-}
-
-// decisionBody is the JSON body of POST /v1/approvals/{id}.
-type decisionBody struct {
-	Decision string `json:"decision"` // approve | deny
-	Reason   string `json:"reason"`
 }
 
 func (rs *approvalsResource) list(w http.ResponseWriter, r *http.Request) {
@@ -135,52 +110,4 @@ func (rs *approvalsResource) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, viewApproval(a))
-}
-
-// guardView is the guard's decision as the API shows it on a job.
-type guardView struct {
-	Outcome   string          `json:"outcome"`
-	Code      string          `json:"code,omitempty"`
-	Rule      string          `json:"rule"`
-	Reason    string          `json:"reason,omitempty"`
-	Remaining []remainingView `json:"remaining"`
-	Refunded  bool            `json:"refunded"`
-	DecidedAt time.Time       `json:"decided_at"`
-	// RetryAt and RetryAfterMS say when a refused call may pass on a
-	// retry (rate_limited, budget_exhausted).
-	RetryAt      *time.Time `json:"retry_at,omitempty"`
-	RetryAfterMS int64      `json:"retry_after_ms,omitempty"`
-	// ApprovalID is the approval a pending call waits for.
-	ApprovalID string `json:"approval_id,omitempty"`
-}
-
-type remainingView struct {
-	Rule      string     `json:"rule"`
-	Effect    string     `json:"effect,omitempty"`
-	Tool      string     `json:"tool,omitempty"`
-	Scope     string     `json:"scope"`
-	Limit     int64      `json:"limit"`
-	Remaining int64      `json:"remaining"`
-	ResetsAt  *time.Time `json:"resets_at,omitempty"`
-}
-
-func viewGuard(g *job.GuardRecord) *guardView {
-	if g == nil {
-		return nil
-	}
-	v := &guardView{Outcome: string(g.Outcome), Code: g.Code, Rule: g.Rule, Reason: g.Reason,
-		Refunded: g.Refunded, DecidedAt: g.DecidedAt, Remaining: make([]remainingView, 0, len(g.Remaining)),
-		RetryAt: g.RetryAt, ApprovalID: g.ApprovalID}
-	if g.RetryAt != nil {
-		v.RetryAfterMS = max(1, g.RetryAt.Sub(g.DecidedAt).Milliseconds())
-	}
-	for _, r := range g.Remaining {
-		rv := remainingView{Rule: r.Rule, Effect: string(r.Effect), Tool: r.Tool, Scope: r.Scope, Limit: r.Limit, Remaining: r.Remaining}
-		if !r.ResetsAt.IsZero() {
-			t := r.ResetsAt
-			rv.ResetsAt = &t
-		}
-		v.Remaining = append(v.Remaining, rv)
-	}
-	return v
 }

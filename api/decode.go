@@ -25,39 +25,10 @@ const (
 	maxIdempotencyKeyLen = 255
 )
 
-// submitBody is the JSON body of POST /v1/jobs. Either Tool (with optional
-// Arguments and CallID) or Call (a raw OpenAI, Anthropic or MCP tool call)
-// is set.
-type submitBody struct {
-	Tool           string          `json:"tool"`
-	Arguments      json.RawMessage `json:"arguments"`
-	CallID         string          `json:"call_id"`
-	Call           json.RawMessage `json:"call"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Limits         *limitsBody     `json:"limits"`
-	SessionID      string          `json:"session_id"`
-	CallbackURL    string          `json:"callback_url"`
-	// Tags and Metadata label the job (bounded by labels.*).
-	Tags     []string          `json:"tags"`
-	Metadata map[string]string `json:"metadata"`
-}
-
-// limitsBody are the per-request limits: any value up to the operator's
-// ceilings (the job service refuses higher values with 400), the defaults
-// for those left out.
-type limitsBody struct {
-	MemoryBytes   int64 `json:"memory_bytes,omitempty"`
-	PIDs          int64 `json:"pids,omitempty"`
-	CPUMillis     int64 `json:"cpu_millis,omitempty"`
-	TimeoutMS     int64 `json:"timeout_ms,omitempty"`
-	OutputBytes   int64 `json:"output_bytes,omitempty"`
-	NoFile        int64 `json:"nofile,omitempty"`
-	FileSizeBytes int64 `json:"file_size_bytes,omitempty"`
-	DiskBytes     int64 `json:"disk_bytes,omitempty"`
-	DiskInodes    int64 `json:"disk_inodes,omitempty"`
-}
-
-func (l limitsBody) toRunner() (runner.Limits, error) {
+// limitsToRunner checks per-request limits: any value up to the
+// operator's ceilings (the job service refuses higher values with 400), the
+// defaults for those left out.
+func limitsToRunner(l limitsBody) (runner.Limits, error) {
 	fields := []struct {
 		name string
 		v    int64
@@ -81,15 +52,6 @@ func (l limitsBody) toRunner() (runner.Limits, error) {
 		OutputBytes: l.OutputBytes, NoFile: l.NoFile, FileSize: l.FileSizeBytes,
 		DiskBytes: l.DiskBytes, DiskInodes: l.DiskInodes,
 	}, nil
-}
-
-func limitsView(l runner.Limits) limitsBody {
-	return limitsBody{
-		MemoryBytes: l.MemoryBytes, PIDs: l.PIDs, CPUMillis: l.CPUMillis,
-		TimeoutMS: l.Timeout.Milliseconds(), OutputBytes: l.OutputBytes,
-		NoFile: l.NoFile, FileSizeBytes: l.FileSize,
-		DiskBytes: l.DiskBytes, DiskInodes: l.DiskInodes,
-	}
 }
 
 // decodeStrict decodes exactly one JSON value into v, refusing unknown
@@ -246,7 +208,7 @@ func decodeSubmit(data []byte, headerKey string) (job.SubmitRequest, error) {
 	req.IdempotencyKey = key
 
 	if b.Limits != nil {
-		l, err := b.Limits.toRunner()
+		l, err := limitsToRunner(*b.Limits)
 		if err != nil {
 			return req, err
 		}

@@ -53,17 +53,6 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
-type errorBody struct {
-	Error errorPayload `json:"error"`
-}
-
-type errorPayload struct {
-	Code      string          `json:"code"`
-	Message   string          `json:"message"`
-	Details   []tools.Problem `json:"details,omitempty"`
-	RequestID string          `json:"request_id,omitempty"`
-}
-
 func badRequest(msg string) *Error {
 	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: msg}
 }
@@ -146,7 +135,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
 	}
 	writeJSON(w, e.Status, errorBody{Error: errorPayload{
-		Code: e.Code, Message: e.Message, Details: e.Details,
+		Code: e.Code, Message: e.Message, Details: viewProblems(e.Details),
 		RequestID: requestIDFrom(r.Context()),
 	}})
 }

@@ -76,7 +76,7 @@ func (rs *jobsResource) events(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeEvent(w http.ResponseWriter, ev job.Event) error {
-	data, err := json.Marshal(eventView{Seq: ev.Seq, Type: ev.Type, Time: ev.Time, Data: ev.Data, Job: viewJob(ev.Job)})
+	data, err := json.Marshal(viewEvent(ev))
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api/wire"
 	"github.com/sandboxd/sandboxd/job"
 )
 
@@ -75,7 +76,7 @@ func TestEvents(t *testing.T) {
 		t.Fatal("no heartbeat")
 	}
 	last := events[len(events)-1]
-	if last.ID != "5" || last.Data.Job == nil || last.Data.Job.State != job.StateSucceeded || events[2].Data.Data != "hi\n" {
+	if last.ID != "5" || last.Data.Job == nil || last.Data.Job.State != wire.StateSucceeded || events[2].Data.Data != "hi\n" {
 		t.Fatalf("events %+v", events)
 	}
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/sandboxd/sandboxd/api/wire"
 	"github.com/sandboxd/sandboxd/job"
-	"github.com/sandboxd/sandboxd/tools"
 )
 
 // sessionsResource serves /v1/sessions.
@@ -42,60 +42,6 @@ func (rs *sessionsResource) Routes() chi.Router {
 	return r
 }
 
-// sessionBody is the JSON body of POST /v1/sessions.
-type sessionBody struct {
-	Image              string         `json:"image"`
-	Effects            []tools.Effect `json:"effects"`
-	Limits             *limitsBody    `json:"limits"`
-	TTLSeconds         int64          `json:"ttl_seconds"`
-	IdleTimeoutSeconds int64          `json:"idle_timeout_seconds"`
-	// Tags and Metadata label the session (bounded by labels.*).
-	Tags     []string          `json:"tags"`
-	Metadata map[string]string `json:"metadata"`
-}
-
-// sessionView is a session as the API shows it.
-type sessionView struct {
-	ID                 string            `json:"id"`
-	Tenant             string            `json:"tenant"`
-	Image              string            `json:"image"`
-	Effects            []tools.Effect    `json:"effects"`
-	Limits             limitsBody        `json:"limits"`
-	State              job.SessionState  `json:"state"`
-	Reason             string            `json:"reason"`
-	TTLSeconds         int64             `json:"ttl_seconds"`
-	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds"`
-	CreatedAt          time.Time         `json:"created_at"`
-	ExpiresAt          time.Time         `json:"expires_at"`
-	LastUsedAt         time.Time         `json:"last_used_at"`
-	ClosedAt           *time.Time        `json:"closed_at,omitempty"`
-	Tags               []string          `json:"tags"`
-	Metadata           map[string]string `json:"metadata"`
-	// Sandbox is the session's sandbox while the process that answers
-	// holds it open.
-	Sandbox string `json:"sandbox,omitempty"`
-}
-
-func viewSession(s *job.Session) *sessionView {
-	eff := s.Effects
-	if eff == nil {
-		eff = []tools.Effect{}
-	}
-	return &sessionView{
-		ID: s.ID, Tenant: s.Tenant, Image: s.Image, Effects: eff, Limits: limitsView(s.Limits),
-		State: s.State, Reason: s.Reason,
-		TTLSeconds: int64(s.TTL / time.Second), IdleTimeoutSeconds: int64(s.IdleTimeout / time.Second),
-		CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, LastUsedAt: s.LastUsedAt, ClosedAt: s.ClosedAt,
-		Tags: tagsView(s.Tags), Metadata: metadataView(s.Metadata),
-		Sandbox: s.Sandbox,
-	}
-}
-
-type sessionList struct {
-	Sessions   []*sessionView `json:"sessions"`
-	NextCursor string         `json:"next_cursor"`
-}
-
 const maxSessionSeconds = int64(100 * 365 * 24 * 3600)
 
 func (rs *sessionsResource) create(w http.ResponseWriter, r *http.Request) {
@@ -120,13 +66,13 @@ func (rs *sessionsResource) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := job.SessionRequest{
-		Image: b.Image, Effects: b.Effects,
+		Image: b.Image, Effects: toEffects(b.Effects),
 		TTL:         time.Duration(b.TTLSeconds) * time.Second,
 		IdleTimeout: time.Duration(b.IdleTimeoutSeconds) * time.Second,
 		Tags:        b.Tags, Metadata: b.Metadata,
 	}
 	if b.Limits != nil {
-		if req.Limits, err = b.Limits.toRunner(); err != nil {
+		if req.Limits, err = limitsToRunner(*b.Limits); err != nil {
 			rs.writeError(w, r, err)
 			return
 		}
@@ -154,11 +100,11 @@ func (rs *sessionsResource) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := job.SessionFilter{State: job.SessionState(q.Get("state")), Cursor: q.Get("cursor")}
 	var err error
-	if f.LabelFilter, err = parseLabelFilter(q); err != nil {
+	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		rs.writeError(w, r, err)
 		return
 	}
-	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+	if f.LabelFilter, err = parseLabelFilter(q); err != nil {
 		rs.writeError(w, r, err)
 		return
 	}
@@ -205,7 +151,7 @@ func (rs *sessionsResource) putFile(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, viewFileInfo(info))
 }
 
 // getFile: a file's raw bytes, or a directory's JSON listing.
@@ -219,7 +165,7 @@ func (rs *sessionsResource) getFile(w http.ResponseWriter, r *http.Request) {
 		if list == nil {
 			list = []job.FileInfo{}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"path": info.Name, "entries": list})
+		writeJSON(w, http.StatusOK, viewFileList(info.Name, list))
 		return
 	}
 	defer rc.Close()
@@ -236,7 +182,7 @@ func (rs *sessionsResource) putArchive(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"entries": n})
+	writeJSON(w, http.StatusOK, wire.ArchiveResult{Entries: n})
 }
 
 // getArchive streams a tar. Errors found before the first byte get a JSON

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api/wire"
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner/fake"
@@ -77,7 +78,7 @@ func TestSessionsAPI(t *testing.T) {
 		t.Fatalf("create: %d %s", rec.Code, rec.Body)
 	}
 	s := decodeBody[sessionView](t, rec.Body.Bytes())
-	if s.State != job.SessionActive || s.TTLSeconds != 600 || s.IdleTimeoutSeconds != 60 || len(s.Effects) != 3 {
+	if s.State != wire.SessionActive || s.TTLSeconds != 600 || s.IdleTimeoutSeconds != 60 || len(s.Effects) != 3 {
 		t.Fatalf("session = %+v", s)
 	}
 	base := "/v1/sessions/" + s.ID
@@ -164,7 +165,7 @@ func TestSessionsAPI(t *testing.T) {
 		t.Fatalf("other tenant delete: %d", rec.Code)
 	}
 	rec = h.do("DELETE", base, "", auth)
-	if rec.Code != 200 || decodeBody[sessionView](t, rec.Body.Bytes()).State != job.SessionClosed {
+	if rec.Code != 200 || decodeBody[sessionView](t, rec.Body.Bytes()).State != wire.SessionClosed {
 		t.Fatalf("delete: %d %s", rec.Code, rec.Body)
 	}
 	if _, err := os.Stat(filepath.Join(work, "sessions", s.ID)); !os.IsNotExist(err) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/api/wire"
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
@@ -39,7 +40,7 @@ func TestSubmit(t *testing.T) {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 		j := decodeJob(t, rec.Body.String())
-		if rec.Header().Get("Location") != "/v1/jobs/"+j.ID || j.CallID != "c1" || j.State != job.StateQueued {
+		if rec.Header().Get("Location") != "/v1/jobs/"+j.ID || j.CallID != "c1" || j.State != wire.StateQueued {
 			t.Fatalf("job %+v location %q", j, rec.Header().Get("Location"))
 		}
 		if j.Limits.TimeoutMS != 1500 || j.Limits.MemoryBytes != 1<<20 {
@@ -52,14 +53,14 @@ func TestSubmit(t *testing.T) {
 	t.Run("wait finished", func(t *testing.T) {
 		rec := h.do("POST", "/v1/jobs?wait=true", `{"tool":"echo","arguments":"{\"text\":\"hello\"}"}`)
 		j := decodeJob(t, rec.Body.String())
-		if rec.Code != 200 || j.State != job.StateSucceeded || j.Result == nil || j.Result.Content != "hello" {
+		if rec.Code != 200 || j.State != wire.StateSucceeded || j.Result == nil || j.Result.Content != "hello" {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 	})
 	t.Run("tool failure is a result", func(t *testing.T) {
 		rec := h.do("POST", "/v1/jobs?wait=1", `{"tool":"fail"}`)
 		j := decodeJob(t, rec.Body.String())
-		if rec.Code != 200 || j.State != job.StateFailed || j.Result.OK {
+		if rec.Code != 200 || j.State != wire.StateFailed || j.Result.OK {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 	})
@@ -67,7 +68,7 @@ func TestSubmit(t *testing.T) {
 		for _, wait := range []string{"0.05", "50ms", "true", "1h"} {
 			start := time.Now()
 			rec := h.do("POST", "/v1/jobs?wait="+wait, `{"tool":"queued"}`)
-			if rec.Code != 202 || decodeJob(t, rec.Body.String()).State != job.StateQueued {
+			if rec.Code != 202 || decodeJob(t, rec.Body.String()).State != wire.StateQueued {
 				t.Fatalf("wait=%s: %d %s", wait, rec.Code, rec.Body)
 			}
 			if el := time.Since(start); el > 2*time.Second {

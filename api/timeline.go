@@ -29,5 +29,5 @@ func (rs *timelines) get(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	writeJSON(w, http.StatusOK, viewTimeline(t))
 }

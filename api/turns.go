@@ -43,32 +43,6 @@ func (rs *turnsResource) Routes() chi.Router {
 	return r
 }
 
-// batchView is a batch as the API answers it: the next turn's messages in
-// the turn's dialect, and sandboxd's record of every call.
-type batchView struct {
-	ID        string         `json:"id"`
-	State     job.BatchState `json:"state"`
-	Dialect   tools.Dialect  `json:"dialect"`
-	Mode      string         `json:"mode"`
-	SessionID string         `json:"session_id,omitempty"`
-	Messages  []any          `json:"messages,omitempty"`
-	Text      *string        `json:"text,omitempty"`
-	Final     *string        `json:"final_answer,omitempty"`
-	// ReturnDirect: a call of a return_direct tool succeeded; its answer
-	// is final_answer and the agent loop stops (no next model turn).
-	ReturnDirect bool           `json:"return_direct"`
-	Calls        []callView     `json:"calls"`
-	Effects      map[string]int `json:"effects"`
-	CreatedAt    time.Time      `json:"created_at"`
-	Finished     *time.Time     `json:"finished_at,omitempty"`
-	Note         string         `json:"note,omitempty"`
-	// Callback is the completion webhook and its delivery attempts.
-	Callback *job.Callback `json:"callback,omitempty"`
-	// Tags and Metadata are the turn's labels, on every call's job too.
-	Tags     []string          `json:"tags"`
-	Metadata map[string]string `json:"metadata"`
-}
-
 // TurnCallbackBody is the body of a turn's completion callback: the batch
 // as GET /v1/tool-calls/{id} answers it (job.Config.TurnCallbackBody).
 func TurnCallbackBody(b *job.Batch) ([]byte, error) {
@@ -78,22 +52,15 @@ func TurnCallbackBody(b *job.Batch) ([]byte, error) {
 	}{"turn.finished", viewBatch(b)})
 }
 
-type callView struct {
-	job.CallRecord
-	// Content is the answer the model reads for this call.
-	Content string `json:"content"`
-	IsError bool   `json:"is_error"`
-}
-
 func viewBatch(b *job.Batch) *batchView {
 	v := &batchView{
-		ID: b.ID, State: b.State, Dialect: b.Dialect, Mode: b.Mode, SessionID: b.SessionID,
+		ID: b.ID, State: string(b.State), Dialect: string(b.Dialect), Mode: b.Mode, SessionID: b.SessionID,
 		Calls: make([]callView, len(b.Calls)), Effects: map[string]int{},
-		CreatedAt: b.CreatedAt, Finished: b.FinishedAt, Callback: b.Callback,
+		CreatedAt: b.CreatedAt, Finished: b.FinishedAt, Callback: viewCallback(b.Callback),
 		Tags: tagsView(b.Tags), Metadata: metadataView(b.Metadata),
 	}
 	for i, c := range b.Calls {
-		v.Calls[i] = callView{CallRecord: c, Content: c.Answer, IsError: c.IsError}
+		v.Calls[i] = viewCall(c)
 	}
 	for e, n := range b.Effects {
 		v.Effects[string(e)] = n
@@ -111,7 +78,13 @@ func viewBatch(b *job.Batch) *batchView {
 			v.Final = &f
 		}
 	default:
-		v.Messages = tools.TurnMessages(b.Dialect, b.Answers())
+		for _, m := range tools.TurnMessages(b.Dialect, b.Answers()) {
+			data, err := json.Marshal(m)
+			if err != nil {
+				data, _ = json.Marshal(err.Error())
+			}
+			v.Messages = append(v.Messages, data)
+		}
 	}
 	if answer, ok := b.DirectAnswer(); ok {
 		v.ReturnDirect, v.Final = true, &answer

@@ -40,6 +40,9 @@ func (f *fakeTurns) Submit(_ context.Context, tenant string, req job.TurnRequest
 		if c.Problem != nil {
 			rec = job.CallRecord{CallID: c.ID, State: job.CallInvalid, Answer: tools.ProblemText("", c.Problem), IsError: true}
 		}
+		if c.Name == "guarded" { // decided by a policy, with nothing remaining to report
+			rec.Guard = &job.GuardRecord{Outcome: "allow", Rule: "rules[0]", DecidedAt: time.Now()}
+		}
 		if c.Name == "confirm" {
 			hold = true
 			rec.State = "pending_approval"
@@ -122,6 +125,18 @@ func TestTurnsDialects(t *testing.T) {
 				t.Errorf("Location %q", loc)
 			}
 		})
+	}
+}
+
+// A call's guard decision is a GuardDecision as on a job (remaining and
+// refunded present even when empty); h.do checks the answer against the
+// document.
+func TestTurnsGuardMatchesSchema(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Turns: newFakeTurns()})
+	rec := h.do(http.MethodPost, "/v1/tool-calls", `[{"type":"function_call","call_id":"c1","name":"guarded","arguments":"{}"}]`)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"remaining":[]`) || !strings.Contains(rec.Body.String(), `"refunded":false`) {
+		t.Fatalf("%d %s", rec.Code, rec.Body.String())
 	}
 }
 

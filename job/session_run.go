@@ -116,6 +116,9 @@ func (s *Service) runREPL(ctx context.Context, e *entry, j *Job, repl replSandbo
 		}
 	}
 	res := tools.FromProcess(info, e.tool.Effects, wall)
+	if !rr.TimedOut {
+		res.Value = rr.Value
+	}
 	if decode != nil && !rr.TimedOut {
 		res = decode(res)
 	}

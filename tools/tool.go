@@ -224,6 +224,10 @@ type Result struct {
 	// Truncated is set when the output was cut by an output cap (the runner
 	// puts the "[... output truncated ...]" marker in the text itself).
 	Truncated bool `json:"truncated,omitempty"`
+	// Value is the repr() of a session python_repl cell's trailing
+	// expression ("" when there is none or it is None), for programs; the
+	// model reads it in Content, printed as print() writes it.
+	Value string `json:"value,omitempty"`
 }
 
 // Artifact is a file produced by a tool. A tool returns it with Data; the

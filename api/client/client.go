@@ -1,4 +1,10 @@
-// Package client is a small Go client of the sandboxd HTTP API.
+// Package client is the Go client of the sandboxd HTTP API: jobs (submit,
+// wait, list, cancel, events as an iterator over server-sent events, the
+// timeline, artifacts), the tool catalogue in each format, sessions and
+// their workspace files and archives, approvals, model turns (POST
+// /v1/tool-calls) and the dashboard. Its values are package wire's, the
+// shapes the server renders; it imports nothing of the daemon
+// (TestImportGraph).
 package client
 
 import (
@@ -14,17 +20,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/job"
-	"github.com/sandboxd/sandboxd/runner"
-	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/api/wire"
 )
 
 // APIError is a non-2xx answer of the server.
 type APIError struct {
 	Status  int
-	Code    string
+	Code    string // e.g. unauthorized, unknown_tool, invalid_arguments, not_found
 	Message string
-	Details []tools.Problem
+	Details []wire.Problem
+	// RequestID is the server's X-Request-ID of the request.
+	RequestID string
 	// RetryAfter is the Retry-After header in seconds (429, 503), else 0.
 	RetryAfter int
 }
@@ -34,6 +40,22 @@ func (e *APIError) Error() string {
 		return fmt.Sprintf("sandboxd: HTTP %d: %s", e.Status, e.Message)
 	}
 	return fmt.Sprintf("sandboxd: %s (HTTP %d): %s", e.Code, e.Status, e.Message)
+}
+
+// ErrorCode is the API error code of err ("" when err is not an
+// *APIError).
+func ErrorCode(err error) string {
+	var e *APIError
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// IsNotFound reports whether err is a 404 from the server.
+func IsNotFound(err error) bool {
+	var e *APIError
+	return errors.As(err, &e) && e.Status == http.StatusNotFound
 }
 
 // Client talks to one sandboxd server. It is safe for concurrent use.
@@ -53,128 +75,17 @@ func New(baseURL, apiKey string, hc *http.Client) *Client {
 	return &Client{base: strings.TrimRight(baseURL, "/"), apiKey: apiKey, hc: hc}
 }
 
-// SubmitRequest is one tool call to run. Set Tool (and Arguments, an object
-// or a JSON string holding one), or Call (a raw OpenAI, Anthropic or MCP
-// tool call).
-type SubmitRequest struct {
-	Tool           string
-	Arguments      json.RawMessage
-	CallID         string
-	Call           json.RawMessage
-	IdempotencyKey string
-	Limits         runner.Limits
-	// SessionID runs the call in that session.
-	SessionID string
-	// Tags and Metadata label the job (the server bounds them: labels.*).
-	Tags     []string
-	Metadata map[string]string
-}
+// URL is the server's base URL.
+func (c *Client) URL() string { return c.base }
 
-// Submit submits a call. With wait > 0 the server holds the request until
-// the job finishes or wait (capped by the server) elapses; the returned job
-// may still be queued or running (see Wait). An idempotent replay returns
-// the existing job.
-func (c *Client) Submit(ctx context.Context, req SubmitRequest, wait time.Duration) (*job.Job, error) {
-	body := wireSubmit{
-		Tool: req.Tool, Arguments: req.Arguments, CallID: req.CallID, Call: req.Call,
-		IdempotencyKey: req.IdempotencyKey, SessionID: req.SessionID,
-		Tags: req.Tags, Metadata: req.Metadata,
-	}
-	if req.Limits != (runner.Limits{}) {
-		l := fromLimits(req.Limits)
-		body.Limits = &l
-	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return nil, err
-	}
-	var j wireJob
-	if err := c.do(ctx, http.MethodPost, "/v1/jobs"+waitQuery(wait), data, &j); err != nil {
-		return nil, err
-	}
-	return j.job(), nil
-}
-
-// Get returns a job. With wait > 0 it waits up to wait for the job to finish.
-func (c *Client) Get(ctx context.Context, id string, wait time.Duration) (*job.Job, error) {
-	var j wireJob
-	if err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+waitQuery(wait), nil, &j); err != nil {
-		return nil, err
-	}
-	return j.job(), nil
-}
-
-// Wait polls (long-polling the server) until the job is terminal or ctx ends.
-func (c *Client) Wait(ctx context.Context, id string) (*job.Job, error) {
-	for {
-		j, err := c.Get(ctx, id, 5*time.Minute)
-		if err != nil {
-			return nil, err
-		}
-		if j.State.Terminal() {
-			return j, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return j, err
-		}
-	}
-}
-
-// List returns a page of the tenant's jobs, newest first, and the cursor of
-// the next page ("" on the last).
-func (c *Client) List(ctx context.Context, f job.ListFilter) ([]*job.Job, string, error) {
-	q := url.Values{}
-	for k, v := range map[string]string{"tool": f.Tool, "state": string(f.State), "cursor": f.Cursor} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
-	}
-	labelQuery(q, f.LabelFilter)
-	path := "/v1/jobs"
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
+// Health is GET /healthz: the server's version.
+func (c *Client) Health(ctx context.Context) (string, error) {
 	var out struct {
-		Jobs       []wireJob `json:"jobs"`
-		NextCursor string    `json:"next_cursor"`
+		Status  string `json:"status"`
+		Version string `json:"version"`
 	}
-	if err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
-		return nil, "", err
-	}
-	jobs := make([]*job.Job, 0, len(out.Jobs))
-	for i := range out.Jobs {
-		jobs = append(jobs, out.Jobs[i].job())
-	}
-	return jobs, out.NextCursor, nil
-}
-
-// Cancel cancels a job and returns it.
-func (c *Client) Cancel(ctx context.Context, id string) (*job.Job, error) {
-	var j wireJob
-	if err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &j); err != nil {
-		return nil, err
-	}
-	return j.job(), nil
-}
-
-// Tools returns the tool catalogue, each tool as JSON: sandboxd's own shape
-// (name, description, input_schema, output_schema, effects, parallel_safe)
-// when format is "", else exported for "openai", "anthropic" or "mcp".
-func (c *Client) Tools(ctx context.Context, format string) ([]json.RawMessage, error) {
-	path := "/v1/tools"
-	if format != "" {
-		path += "?format=" + url.QueryEscape(format)
-	}
-	var out struct {
-		Tools []json.RawMessage `json:"tools"`
-	}
-	if err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
-		return nil, err
-	}
-	return out.Tools, nil
+	err := c.do(ctx, http.MethodGet, "/healthz", nil, &out)
+	return out.Version, err
 }
 
 func waitQuery(wait time.Duration) string {
@@ -184,25 +95,44 @@ func waitQuery(wait time.Duration) string {
 	return "?wait=" + url.QueryEscape(wait.String())
 }
 
-// maxErrorBody bounds how much of a non-JSON error answer is kept.
-const maxErrorBody = 4 << 10
+// withQuery appends q (when not empty) to path.
+func withQuery(path string, q url.Values) string {
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}
 
-func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+// maxErrorBody bounds how much of an error answer is read.
+const maxErrorBody = 64 << 10
+
+func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
 	return c.doHeaders(ctx, method, path, body, out, nil)
 }
 
-// doHeaders is do with more request headers (empty values are not sent).
-func (c *Client) doHeaders(ctx context.Context, method, path string, body []byte, out any, headers map[string]string) error {
+// doHeaders sends body (nil, []byte as it is, else JSON of it) with more
+// request headers (empty values are not sent) and decodes a 2xx answer
+// into out (nil: discarded).
+func (c *Client) doHeaders(ctx context.Context, method, path string, body any, out any, headers map[string]string) error {
 	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+	ct := ""
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd, ct = bytes.NewReader(b), "application/json"
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			return err
+		}
+		rd, ct = bytes.NewReader(data), "application/json"
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if v, ok := headers["Content-Type"]; ok && v != "" {
+		ct = v
+	}
+	req, err := c.newRequest(ctx, method, path, rd, ct)
 	if err != nil {
 		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
 	for k, v := range headers {
@@ -210,16 +140,14 @@ func (c *Client) doHeaders(ctx context.Context, method, path string, body []byte
 			req.Header.Set(k, v)
 		}
 	}
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return decodeError(resp)
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("sandboxd: decode %s %s response: %w", method, path, err)
@@ -227,19 +155,53 @@ func (c *Client) doHeaders(ctx context.Context, method, path string, body []byte
 	return nil
 }
 
+func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	return req, nil
+}
+
+// send does req and returns a 2xx response; any other is read and
+// returned as an *APIError.
+func (c *Client) send(req *http.Request) (*http.Response, error) {
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+// raw sends a non-JSON body and returns a 2xx response (errors decoded).
+func (c *Client) raw(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
+	req, err := c.newRequest(ctx, method, path, body, contentType)
+	if err != nil {
+		return nil, err
+	}
+	return c.send(req)
+}
+
 func decodeError(resp *http.Response) error {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	e := &APIError{Status: resp.StatusCode}
+	e := &APIError{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-ID")}
 	e.RetryAfter, _ = strconv.Atoi(resp.Header.Get("Retry-After"))
-	var body struct {
-		Error struct {
-			Code    string          `json:"code"`
-			Message string          `json:"message"`
-			Details []tools.Problem `json:"details"`
-		} `json:"error"`
-	}
+	var body wire.ErrorBody
 	if json.Unmarshal(data, &body) == nil && body.Error.Code != "" {
 		e.Code, e.Message, e.Details = body.Error.Code, body.Error.Message, body.Error.Details
+		if body.Error.RequestID != "" {
+			e.RequestID = body.Error.RequestID
+		}
 		return e
 	}
 	e.Message = strings.TrimSpace(string(data))
@@ -247,10 +209,4 @@ func decodeError(resp *http.Response) error {
 		e.Message = http.StatusText(resp.StatusCode)
 	}
 	return e
-}
-
-// IsNotFound reports whether err is a 404 from the server.
-func IsNotFound(err error) bool {
-	var e *APIError
-	return errors.As(err, &e) && e.Status == http.StatusNotFound
 }

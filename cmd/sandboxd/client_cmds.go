@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/api/client"
-	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/api/wire"
 )
 
 const defaultURL = "http://127.0.0.1:8080"
@@ -164,7 +164,7 @@ func cmdRun(ctx context.Context, args []string, e env) int {
 		return reportError(e, cf.url, err)
 	}
 	for !j.State.Terminal() {
-		if j.State == job.StatePendingApproval && !announced {
+		if j.State == wire.StatePendingApproval && !announced {
 			announceApproval(e, cf.url, j)
 			announced = true
 		}
@@ -173,7 +173,7 @@ func cmdRun(ctx context.Context, args []string, e env) int {
 			fmt.Fprintf(e.stderr, "sandboxd run: job %s still %s after %s\n", j.ID, j.State, *wait)
 			return exitUnreachable
 		}
-		if !announced && (j.State == job.StateQueued || j.State == job.StatePendingApproval) {
+		if !announced && (j.State == wire.StateQueued || j.State == wire.StatePendingApproval) {
 			l = short(l)
 		}
 		if j, err = c.Get(ctx, j.ID, l); err != nil {
@@ -189,7 +189,7 @@ const approvalPoll = 2 * time.Second
 
 // announceApproval tells the person at the terminal that the job waits
 // for a human's decision, which approval, and how to decide it.
-func announceApproval(e env, url string, j *job.Job) {
+func announceApproval(e env, url string, j *wire.Job) {
 	id, why := "", ""
 	if g := j.Guard; g != nil {
 		id, why = g.ApprovalID, g.Reason
@@ -207,8 +207,8 @@ func announceApproval(e env, url string, j *job.Job) {
 }
 
 // printJob prints the result and returns 0 when the tool succeeded, else 1.
-func printJob(e env, j *job.Job, output string) int {
-	failed := j.State != job.StateSucceeded || j.Result == nil || !j.Result.OK
+func printJob(e env, j *wire.Job, output string) int {
+	failed := j.State != wire.StateSucceeded || j.Result == nil || !j.Result.OK
 	if output == "json" {
 		data, _ := client.MarshalJob(j)
 		fmt.Fprintf(e.stdout, "%s\n", data)

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/api/client"
-	"github.com/sandboxd/sandboxd/job"
-	"github.com/sandboxd/sandboxd/tools"
 )
 
 const sessionUsage = `Usage:
@@ -59,10 +57,10 @@ func cmdSession(ctx context.Context, args []string, e env) int {
 			fmt.Fprintln(e.stderr, "sandboxd session create: --ttl and --idle must be at least 1s")
 			return exitUsage
 		}
-		req := client.SessionRequest{Image: *image, TTL: *ttl, IdleTimeout: *idle}
+		req := client.SessionRequest{Image: *image, TTLSeconds: int64(*ttl / time.Second), IdleTimeoutSeconds: int64(*idle / time.Second)}
 		if *effects != "" {
 			for _, s := range strings.Split(*effects, ",") {
-				req.Effects = append(req.Effects, tools.Effect(strings.TrimSpace(s)))
+				req.Effects = append(req.Effects, strings.TrimSpace(s))
 			}
 		}
 		s, err := cf.client().CreateSession(ctx, req)
@@ -80,7 +78,7 @@ func cmdSession(ctx context.Context, args []string, e env) int {
 		fmt.Fprintln(tw, "ID\tSTATE\tEFFECTS\tCREATED\tEXPIRES\tREASON")
 		cursor := ""
 		for {
-			list, next, err := c.ListSessions(ctx, job.SessionFilter{Cursor: cursor, Limit: 500})
+			list, next, err := c.ListSessions(ctx, client.SessionListOptions{Cursor: cursor, Limit: 500})
 			if err != nil {
 				return reportError(e, cf.url, err)
 			}

@@ -31,9 +31,10 @@ import (
 //     exit_code and signal are the killed process's one-shot (137,
 //     SIGKILL) and 0 in a session, whose interpreter was interrupted and
 //     keeps its globals.
-//   - The trailing expression's value is in content only: a one-shot
+//   - The trailing expression's value is printed in content: a one-shot
 //     interpreter prints it (it has no other channel), a session's is
-//     printed the same way.
+//     printed the same way; a session's is also in value (the repr, for
+//     programs: the printed line cannot be told from the cell's output).
 //   - artifacts: a session's open matplotlib figures as PNG (a one-shot
 //     cell saves files under /workspace instead).
 //
