@@ -64,7 +64,9 @@ func infraCause(err error) error {
 	switch {
 	case err == nil, errors.Is(err, ErrUnavailable), errors.Is(err, ErrHostDiskFull):
 		return err
-	case errors.Is(err, runner.ErrUnavailable):
+	case errors.Is(err, runner.ErrDaemonDown):
+		// Only the daemon's absence: a sandbox that died (also
+		// runner.ErrUnavailable) is that job's internal failure.
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return fmt.Errorf("%w: %w", ErrHostDiskFull, err)

@@ -36,7 +36,7 @@ func TestRunnerOutageAndDiskFullReasons(t *testing.T) {
 		sentinel error
 		mention  string
 	}{
-		{"runner down", fmt.Errorf("create sandbox: docker daemon at unix:///run/x.sock: %w: connection refused", runner.ErrUnavailable),
+		{"runner down", fmt.Errorf("create sandbox: docker daemon at unix:///run/x.sock: %w: connection refused", runner.ErrDaemonDown),
 			job.ReasonUnavailable, job.ErrUnavailable, "unix:///run/x.sock"},
 		{"disk full", fmt.Errorf("create workspace: write /var/lib/sandboxd/workspaces/x: %w", syscall.ENOSPC),
 			job.ReasonDiskFull, job.ErrHostDiskFull, "no space left"},
@@ -56,9 +56,12 @@ func TestRunnerOutageAndDiskFullReasons(t *testing.T) {
 			}
 		})
 	}
-	// Anything else stays internal.
-	h := newSessHarness(t, &downRunner{Runner: fake.New(), err: errors.New("boom")}, job.Config{})
-	if j := h.run(t, "acme", "", "sh", `{"cmd":"true"}`); j.Reason != job.ReasonInternal {
-		t.Fatalf("other failure: reason %s", j.Reason)
+	// Anything else stays internal, also a sandbox that stopped answering
+	// (runner.ErrUnavailable without the daemon being down).
+	for _, err := range []error{errors.New("boom"), fmt.Errorf("exec in sandbox x: %w: agent: connection closed: EOF", runner.ErrUnavailable)} {
+		h := newSessHarness(t, &downRunner{Runner: fake.New(), err: err}, job.Config{})
+		if j := h.run(t, "acme", "", "sh", `{"cmd":"true"}`); j.Reason != job.ReasonInternal {
+			t.Fatalf("other failure %q: reason %s", err, j.Reason)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package runner
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrUnsupported: the spec needs isolation this runner cannot provide
@@ -10,6 +13,12 @@ var (
 	ErrClosed = errors.New("sandbox closed")
 	// ErrInvalidSpec: the spec or process is malformed.
 	ErrInvalidSpec = errors.New("invalid sandbox spec")
-	// ErrUnavailable: the backend (daemon, kernel feature) is unavailable.
+	// ErrUnavailable: the backend (daemon, kernel feature) is unavailable,
+	// or a sandbox stopped answering (its agent died): an infrastructure
+	// fault, which the job service may retry where that is safe.
 	ErrUnavailable = errors.New("runner unavailable")
+	// ErrDaemonDown: the backend's daemon (dockerd, containerd) is not
+	// reachable or does not answer in time; wraps ErrUnavailable. This,
+	// not a single sandbox's death, is what the API answers 503 for.
+	ErrDaemonDown = fmt.Errorf("daemon down: %w", ErrUnavailable)
 )

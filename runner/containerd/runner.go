@@ -65,14 +65,14 @@ type Runner struct {
 
 // New connects to containerd, checks it and the default image, removes
 // orphaned sandboxes and starts the reconcile loop. An unreachable daemon
-// is an error wrapping runner.ErrUnavailable.
+// is an error wrapping runner.ErrDaemonDown (and so runner.ErrUnavailable).
 func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	c, err := client.New(cfg.Address, client.WithDefaultNamespace(cfg.Namespace), client.WithTimeout(5*time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("containerd: client for %q: %w: %w", cfg.Address, runner.ErrUnavailable, err)
+		return nil, fmt.Errorf("containerd: client for %q: %w: %w", cfg.Address, runner.ErrDaemonDown, err)
 	}
 	r := &Runner{cfg: cfg, c: c, images: map[string]client.Image{}, ImageNames: hostside.ImageNames{Default: cfg.Image}}
 	if err := r.init(ctx); err != nil {
@@ -115,7 +115,7 @@ func (r *Runner) init(ctx context.Context) error {
 
 func (r *Runner) probe(ctx context.Context) error {
 	if _, err := os.Stat(r.cfg.Address); err != nil {
-		return fmt.Errorf("containerd: socket %s: %w: %w", r.cfg.Address, runner.ErrUnavailable, err)
+		return fmt.Errorf("containerd: socket %s: %w: %w", r.cfg.Address, runner.ErrDaemonDown, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -151,7 +151,7 @@ func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
 func (r *Runner) Close(ctx context.Context) error { return r.host.Close(ctx, r.c.Close) }
 
 // wrap classifies a containerd error: a daemon that cannot be reached or
-// does not answer in time is runner.ErrUnavailable.
+// does not answer in time is runner.ErrDaemonDown.
 func (r *Runner) wrap(op string, err error) error {
 	return hostside.Wrap("containerd", r.cfg.Address, op, err, unavailable)
 }

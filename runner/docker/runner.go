@@ -95,7 +95,7 @@ func (r *Runner) TenantCgroupDir(tenant string) (dir string, v2 bool) {
 
 // New connects to the Docker daemon, checks it, removes orphaned sandboxes
 // and starts the reconcile loop. An unreachable daemon is an error wrapping
-// runner.ErrUnavailable.
+// runner.ErrDaemonDown.
 func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ func (r *Runner) Capabilities() runner.Capabilities { return r.caps }
 func (r *Runner) Close(ctx context.Context) error { return r.host.Close(ctx, r.api.Close) }
 
 // wrap classifies a Docker error: a daemon that cannot be reached or does
-// not answer in time is runner.ErrUnavailable.
+// not answer in time is runner.ErrDaemonDown.
 func (r *Runner) wrap(op string, err error) error {
 	return hostside.Wrap("docker", r.cfg.Host, op, err, unavailable)
 }

@@ -194,13 +194,13 @@ func (in *Instance) ReapStateDirs(keep map[string]bool, remove func(dir string) 
 
 // Wrap prefixes an error of daemon operation op with the runner's name;
 // one that unavailable says is the daemon's absence (unreachable, no
-// answer in time) also wraps runner.ErrUnavailable and names addr.
+// answer in time) also wraps runner.ErrDaemonDown and names addr.
 func Wrap(name, addr, op string, err error, unavailable func(error) bool) error {
 	if err == nil {
 		return nil
 	}
 	if unavailable(err) {
-		return fmt.Errorf("%s: %s: daemon at %s unavailable: %w: %w", name, op, addr, runner.ErrUnavailable, err)
+		return fmt.Errorf("%s: %s: daemon at %s unavailable: %w: %w", name, op, addr, runner.ErrDaemonDown, err)
 	}
 	return fmt.Errorf("%s: %s: %w", name, op, err)
 }
