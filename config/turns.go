@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -14,9 +15,23 @@ import (
 
 // Tools relates the tools directory's files to the built-in tools.
 type Tools struct {
-	ReplaceBuiltins []string `yaml:"replace_builtins" default:"none" doc:"the built-in tools a file of tools_dir may replace; a file defining another built-in's name is refused"`
-	Idempotent      []string `yaml:"idempotent" default:"none" doc:"built-in tools marked idempotent: a turn's call whose sandbox died after it may have started is run again (tools spending nothing beyond file_read are anyway)"`
-	ReturnDirect    []string `yaml:"return_direct" default:"none" doc:"built-in tools whose result is the agent's final answer (LangChain return_direct, CrewAI result_as_answer): x-return-direct in the schema exports, return_direct and final_answer in a turn's answer (a tool file or provider tool says return_direct itself)"`
+	ReplaceBuiltins []string  `yaml:"replace_builtins" default:"none" doc:"the built-in tools a file of tools_dir may replace; a file defining another built-in's name is refused"`
+	Idempotent      []string  `yaml:"idempotent" default:"none" doc:"built-in tools marked idempotent: a turn's call whose sandbox died after it may have started is run again (tools spending nothing beyond file_read are anyway)"`
+	WebSearch       WebSearch `yaml:"web_search"`
+	ReturnDirect    []string  `yaml:"return_direct" default:"none" doc:"built-in tools whose result is the agent's final answer (LangChain return_direct, CrewAI result_as_answer): x-return-direct in the schema exports, return_direct and final_answer in a turn's answer (a tool file or provider tool says return_direct itself)"`
+}
+
+// WebSearch configures the web_search tool (alias duckduckgo_search),
+// registered only with a backend URL.
+type WebSearch struct {
+	Backend    WebSearchBackend `yaml:"backend"`
+	MaxResults int              `yaml:"max_results" check:"positive" doc:"the ceiling of web_search's count"`
+}
+
+// WebSearchBackend is the search endpoint web_search asks.
+type WebSearchBackend struct {
+	URL    string `yaml:"url" default:"none: no web_search tool" doc:"the search endpoint, http or https (its query string kept; the query is added as q): a DuckDuckGo-like HTML results page or a self-hosted SearXNG instance's /search. Reached in-process like http_request: through the tenant's egress allowlist and address guard (a private or loopback backend needs the tenant's allow_private_cidrs)"`
+	Format string `yaml:"format" check:"oneof=html searxng" doc:"html (anchors of class result__a with result__snippet, DuckDuckGo's HTML endpoint) or searxng (format=json)"`
 }
 
 // Turns configures the turn executor (POST /v1/tool-calls).
@@ -91,6 +106,11 @@ func (c *Config) ProviderEgress() map[string]policy.EgressPolicy {
 
 // validateTurns holds the rules of tools_dir and providers.
 func (c *Config) validateTurns(bad func(string, ...any)) {
+	if s := c.Tools.WebSearch.Backend.URL; s != "" {
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			bad("tools.web_search.backend.url %q: must be an http or https URL without credentials", s)
+		}
+	}
 	for i, t := range c.Tenants {
 		if strings.HasPrefix(t.Name, "provider:") {
 			bad("tenants[%d].name %q: names starting with \"provider:\" are tool providers' egress scopes", i, t.Name)

@@ -66,6 +66,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := builtin.Register(reg, builtin.Options{DefaultExecTimeout: lim.Defaults.Timeout, MaxExecTimeout: lim.Ceilings.Timeout}); err != nil {
 		return err
 	}
+	if err := registerWebSearch(reg, cfg.Tools.WebSearch); err != nil {
+		return err
+	}
 	// Every sandbox's workspace is its own filesystem (limits.disk_bytes,
 	// disk_inodes); a daemon that cannot make them does not start.
 	workspaces, err := workspace.New(workspace.Options{Root: filepath.Join(dataDir, "workspaces"),
