@@ -36,6 +36,8 @@ type jobView struct {
 	// Tags and Metadata are the client's labels.
 	Tags     []string          `json:"tags"`
 	Metadata map[string]string `json:"metadata"`
+	// Cached: answered from the result cache (nothing ran, no budget).
+	Cached bool `json:"cached,omitempty"`
 }
 
 func viewJob(j *job.Job) *jobView {
@@ -52,7 +54,7 @@ func viewJob(j *job.Job) *jobView {
 		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 		Guard: viewGuard(j.Guard), Egress: j.Egress, Callback: j.Callback,
-		Tags: tagsView(j.Tags), Metadata: metadataView(j.Metadata),
+		Tags: tagsView(j.Tags), Metadata: metadataView(j.Metadata), Cached: j.Cached,
 	}
 }
 

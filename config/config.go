@@ -239,7 +239,10 @@ func Defaults() Config {
 		Callbacks: Callbacks{Attempts: 5, Backoff: time.Second, Timeout: 10 * time.Second},
 		Console:   Console{SampleInterval: 5 * time.Second, MaxSeries: 1000},
 		Labels:    Labels{MaxTags: 16, MaxTagBytes: 128, MaxMetadataKeys: 16, MaxKeyBytes: 64, MaxValueBytes: 512},
-		Tools:     Tools{WebSearch: WebSearch{Backend: WebSearchBackend{Format: "html"}, MaxResults: builtin.DefaultWebSearchMaxResults}},
-		Turns:     Turns{Concurrency: 8, Retries: 2, RetryBackoff: 100 * time.Millisecond, Keep: time.Hour},
+		Tools: Tools{
+			WebSearch: WebSearch{Backend: WebSearchBackend{Format: "html"}, MaxResults: builtin.DefaultWebSearchMaxResults, CacheTTL: 5 * time.Minute},
+			Cache:     ToolCache{MaxEntries: 1024, MaxResultBytes: 64 << 10},
+		},
+		Turns: Turns{Concurrency: 8, Retries: 2, RetryBackoff: 100 * time.Millisecond, Keep: time.Hour},
 	}
 }

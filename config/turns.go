@@ -18,6 +18,7 @@ type Tools struct {
 	ReplaceBuiltins []string  `yaml:"replace_builtins" default:"none" doc:"the built-in tools a file of tools_dir may replace; a file defining another built-in's name is refused"`
 	Idempotent      []string  `yaml:"idempotent" default:"none" doc:"built-in tools marked idempotent: a turn's call whose sandbox died after it may have started is run again (tools spending nothing beyond file_read are anyway)"`
 	WebSearch       WebSearch `yaml:"web_search"`
+	Cache           ToolCache `yaml:"cache"`
 	ReturnDirect    []string  `yaml:"return_direct" default:"none" doc:"built-in tools whose result is the agent's final answer (LangChain return_direct, CrewAI result_as_answer): x-return-direct in the schema exports, return_direct and final_answer in a turn's answer (a tool file or provider tool says return_direct itself)"`
 }
 
@@ -26,6 +27,14 @@ type Tools struct {
 type WebSearch struct {
 	Backend    WebSearchBackend `yaml:"backend"`
 	MaxResults int              `yaml:"max_results" check:"positive" doc:"the ceiling of web_search's count"`
+	CacheTTL   time.Duration    `yaml:"cache_ttl" check:"nonnegative" doc:"identical searches of a tenant answer from the result cache (tools.cache) for this long; 0: never cached"`
+}
+
+// ToolCache bounds the result cache of tools that cannot change anything
+// (calculator, read-only file tools in a session, web_search).
+type ToolCache struct {
+	MaxEntries     int `yaml:"max_entries" check:"nonnegative" doc:"results kept (least recently used dropped first); 0 disables the cache"`
+	MaxResultBytes int `yaml:"max_result_bytes" check:"positive" doc:"a larger result (content and artifact references) is not cached"`
 }
 
 // WebSearchBackend is the search endpoint web_search asks.

@@ -80,7 +80,15 @@ func (s *Service) run(e *entry) {
 	log := s.log.With("job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
 	log.Debug("job started")
 
+	bump := func() {}
+	if j.SessionID != "" && mutates(e.tool) {
+		if ls := s.liveSession(j.SessionID); ls != nil {
+			bump = ls.bumpWorkspace // the result cache's workspace version
+		}
+	}
+	bump()
 	a := s.executeWithRetries(ctx, e, j, started, log)
+	bump()
 	// Not running any more: lowered before waiters wake, so a client that
 	// saw the job finish never sees it still in flight.
 	s.m.inFlight.Dec()

@@ -69,6 +69,9 @@ type Job struct {
 	// calls carry the turn's.
 	Tags     []string          `json:"tags,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Cached: the result came from the result cache (cache.go); the tool
+	// did not run and the call spent no budget.
+	Cached bool `json:"cached,omitempty"`
 }
 
 // SubmitRequest is a validated-at-the-edge request to run one tool call.

@@ -47,6 +47,9 @@ type Service struct {
 	r   runner.Runner // nil: sandboxed tools fail with reason internal
 	log *slog.Logger
 	m   *Metrics
+	// cache answers identical calls of cacheable tools (cache.go); nil:
+	// no cache.
+	cache *resultCache
 	// images are the images each tenant's sessions may name.
 	images *imagePolicy
 
@@ -109,6 +112,10 @@ type entry struct {
 	// is closed when a pending_approval job leaves that state (turn.go).
 	hold, released bool
 	decided        chan struct{}
+	// cacheKey is the call's result cache key ("" when not cacheable);
+	// a success is kept for cacheTTL (cache.go).
+	cacheKey string
+	cacheTTL time.Duration
 }
 
 func (e *entry) tenant() string {
@@ -139,6 +146,7 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
 		cfg: cfg, st: st, reg: reg, r: r, log: cfg.Logger, m: cfg.Metrics,
+		cache:     newResultCache(cfg.Cache.MaxEntries, cfg.Cache.MaxResultBytes),
 		slots:     make(chan struct{}, cfg.Queue.Size),
 		queue:     make(chan *entry, cfg.Queue.Size),
 		entries:   make(map[string]*entry),
@@ -482,6 +490,7 @@ func (s *Service) finished(e *entry, j *Job) {
 			s.m.effects.WithLabelValues(j.Tenant, j.Tool, string(eff)).Inc()
 		}
 	}
+	s.cacheResult(e, j)
 	// Once the finished event is durable the entry retires (retire).
 	e.events.emit(Event{Type: EventFinished, Time: *j.FinishedAt, Job: j})
 	close(e.done)

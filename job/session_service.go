@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/ids"
@@ -35,7 +37,15 @@ type liveSession struct {
 	current string
 	// storedUse is the LastUsedAt last written to the store.
 	storedUse time.Time
+	// version counts the changes that may have touched the workspace
+	// (cache.go): the result cache keys file_read tools by it.
+	version atomic.Int64
 }
+
+// bumpWorkspace records that the workspace may have changed.
+func (ls *liveSession) bumpWorkspace() { ls.version.Add(1) }
+
+func (ls *liveSession) workspaceVersion() string { return strconv.FormatInt(ls.version.Load(), 10) }
 
 func (ls *liveSession) snapshot() *Session {
 	ls.mu.Lock()

@@ -116,6 +116,8 @@ var migrations = []string{
 	ALTER TABLE jobs ADD COLUMN metadata TEXT;
 	ALTER TABLE sessions ADD COLUMN tags TEXT;
 	ALTER TABLE sessions ADD COLUMN metadata TEXT;`,
+	// 7: a job answered from the result cache.
+	`ALTER TABLE jobs ADD COLUMN cached INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // migrate brings the schema to the latest version.

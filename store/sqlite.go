@@ -101,11 +101,11 @@ func Open(path string) (*SQLite, error) {
 		stmt string
 	}{
 		{s.w, &s.insert, `INSERT INTO jobs (` + jobColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{s.w, &s.update, `UPDATE jobs SET
 		tool = ?, call_id = ?, args = ?, idempotency_key = ?, runner = ?, limits = ?,
 		state = ?, reason = ?, result = ?, attempts = ?, started_at = ?, finished_at = ?,
-		guard = ?, egress = ?, callback = ?, tags = ?, metadata = ?
+		guard = ?, egress = ?, callback = ?, tags = ?, metadata = ?, cached = ?
 		WHERE id = ?`},
 		{s.db, &s.get, `SELECT ` + jobColumns + ` FROM jobs WHERE id = ?`},
 	} {
@@ -189,7 +189,7 @@ func (s *SQLite) Close() error {
 
 const jobColumns = `id, tenant, tool, call_id, args, idempotency_key, runner, limits,
 	state, reason, result, attempts, created_at, started_at, finished_at, session_id,
-	guard, egress, callback, tags, metadata`
+	guard, egress, callback, tags, metadata, cached`
 
 // Create implements job.Store.
 func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
@@ -200,7 +200,7 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 	_, err = s.insert.ExecContext(ctx,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-		r.guard, r.egress, r.callback, r.tags, r.metadata)
+		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached)
 	if isConstraint(err) {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -241,7 +241,7 @@ func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
 	res, err := s.update.ExecContext(ctx,
 		r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback,
-		r.tags, r.metadata, r.id)
+		r.tags, r.metadata, r.cached, r.id)
 	if isConstraint(err) {
 		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -319,6 +319,7 @@ type row struct {
 	sessionID                      string
 	guard, egress, callback        sql.NullString
 	tags, metadata                 sql.NullString
+	cached                         bool
 }
 
 func toRow(j *job.Job) (row, error) {
@@ -328,7 +329,7 @@ func toRow(j *job.Job) (row, error) {
 		idemKey: sql.NullString{String: j.IdempotencyKey, Valid: j.IdempotencyKey != ""},
 		runner:  j.Runner, state: string(j.State), reason: j.Reason,
 		attempts: j.Attempts, sessionID: j.SessionID,
-		createdAt: j.CreatedAt.UnixNano(),
+		createdAt: j.CreatedAt.UnixNano(), cached: j.Cached,
 	}
 	if len(j.Args) > 0 {
 		if !json.Valid(j.Args) {
@@ -387,7 +388,7 @@ func scanJob(sc scanner) (*job.Job, error) {
 	var r row
 	err := sc.Scan(&r.id, &r.tenant, &r.tool, &r.callID, &r.args, &r.idemKey, &r.runner, &r.limits,
 		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt, &r.sessionID,
-		&r.guard, &r.egress, &r.callback, &r.tags, &r.metadata)
+		&r.guard, &r.egress, &r.callback, &r.tags, &r.metadata, &r.cached)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, job.ErrNotFound
 	}
@@ -398,7 +399,7 @@ func scanJob(sc scanner) (*job.Job, error) {
 		ID: r.id, Tenant: r.tenant, Tool: r.tool, CallID: r.callID,
 		IdempotencyKey: r.idemKey.String,
 		Runner:         r.runner, State: job.State(r.state), Reason: r.reason,
-		Attempts: r.attempts, SessionID: r.sessionID,
+		Attempts: r.attempts, SessionID: r.sessionID, Cached: r.cached,
 		CreatedAt: time.Unix(0, r.createdAt).UTC(),
 	}
 	if r.args != "null" && r.args != "" {

@@ -73,6 +73,7 @@ type wireJob struct {
 	FinishedAt     *time.Time        `json:"finished_at,omitempty"`
 	Tags           []string          `json:"tags,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
+	Cached         bool              `json:"cached,omitempty"`
 }
 
 func (w *wireJob) job() *job.Job {
@@ -81,7 +82,7 @@ func (w *wireJob) job() *job.Job {
 		IdempotencyKey: w.IdempotencyKey, Runner: w.Runner, SessionID: w.SessionID, Limits: w.Limits.limits(),
 		State: w.State, Reason: w.Reason, Result: w.Result, Attempts: w.Attempts,
 		CreatedAt: w.CreatedAt, StartedAt: w.StartedAt, FinishedAt: w.FinishedAt,
-		Tags: nonEmpty(w.Tags), Metadata: nonEmptyMap(w.Metadata),
+		Tags: nonEmpty(w.Tags), Metadata: nonEmptyMap(w.Metadata), Cached: w.Cached,
 	}
 }
 
@@ -116,7 +117,7 @@ func toWire(j *job.Job) wireJob {
 		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, SessionID: j.SessionID, Limits: fromLimits(j.Limits),
 		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
-		Tags: j.Tags, Metadata: j.Metadata,
+		Tags: j.Tags, Metadata: j.Metadata, Cached: j.Cached,
 	}
 }
 

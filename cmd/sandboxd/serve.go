@@ -137,6 +137,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		TurnCallbackBody: api.TurnCallbackBody,
 		Turns:            cfg.Turns,
 		Labels:           cfg.Labels,
+		Cache:            cfg.Tools.Cache,
 	}, st, reg, r)
 	if err != nil {
 		return err

@@ -24,7 +24,7 @@ func registerWebSearch(reg *tools.Registry, c config.WebSearch) error {
 	if c.Backend.URL == "" {
 		return nil
 	}
-	t := builtin.WebSearchTool(builtin.WebSearchOptions{Backend: c.Backend.URL, Format: c.Backend.Format, MaxResults: c.MaxResults})
+	t := builtin.WebSearchTool(builtin.WebSearchOptions{Backend: c.Backend.URL, Format: c.Backend.Format, MaxResults: c.MaxResults, CacheTTL: c.CacheTTL})
 	if err := reg.Register(t); err != nil {
 		return fmt.Errorf("register web_search: %w", err)
 	}

@@ -25,6 +25,9 @@ type WebSearchOptions struct {
 	MaxResults int
 	// MaxResponseBytes caps the backend's answer read. Default 2 MiB.
 	MaxResponseBytes int64
+	// CacheTTL, when positive, lets identical searches of a tenant answer
+	// from the result cache for that long.
+	CacheTTL time.Duration
 }
 
 // Web search defaults.
@@ -53,8 +56,13 @@ func webSearchTool(o WebSearchOptions, h *httpHooks) *tools.Tool {
 	if o.Format == "" {
 		o.Format = SearchFormatHTML
 	}
+	var cache *tools.CachePolicy
+	if o.CacheTTL > 0 {
+		cache = &tools.CachePolicy{TTL: o.CacheTTL, HTTPReadOnly: true}
+	}
 	return &tools.Tool{
-		Name: "web_search",
+		Cache: cache,
+		Name:  "web_search",
 		Description: "Search the web. Returns the top results, each with its title, URL and a snippet. " +
 			"Use it for facts you do not know or that may have changed; then fetch a page with http_request if needed.",
 		InputSchema: objectSchema(map[string]any{
