@@ -83,6 +83,13 @@ tools:
 	if !strings.Contains(string(art), `"url":"https://example.org/1"`) || !strings.Contains(string(art), `"query":"sandboxes"`) {
 		t.Errorf("results.json: %s", art)
 	}
+	// The same search again within tools.web_search.cache_ttl (5m by
+	// default): answered from the result cache, the backend not asked.
+	before := hits.Load()
+	if again := s.run("k-acme", "web_search", map[string]any{"query": "sandboxes", "count": 1, "region": "us-en"}); !again.Cached ||
+		again.Result.Content != j.Result.Content || hits.Load() != before {
+		t.Errorf("repeated search: cached %v, backend asked %d more times", again.Cached, hits.Load()-before)
+	}
 	if j := s.run("k-acme", "duckduckgo_search", map[string]any{"query": "alias"}); !j.Result.OK || j.Tool != "web_search" ||
 		!strings.Contains(j.Result.Content, "2. Second") {
 		t.Errorf("duckduckgo_search: %s %+v", j.Tool, j.Result)

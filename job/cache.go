@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -20,8 +21,9 @@ import (
 // read-only file tools within one session while its workspace is
 // unchanged, web_search for its configured time. A hit is recorded as a
 // job like any other, succeeded at once with the cached result and Cached
-// set; the guard still decides it (a deny rule still denies) but what
-// the decision reserved is refunded: a hit spends no budget.
+// set; the guard still decides it (a deny rule, a rate or usage limit
+// and an approval still apply; a spent budget does not, since a hit
+// spends nothing) and what the decision reserved is refunded.
 //
 // The key is the tool, its canonical arguments (the validated argument
 // map re-encoded: keys sorted) and the tenant; for file_read tools also
@@ -176,6 +178,11 @@ func cloneResult(r tools.Result) tools.Result {
 // budget). Its events and callback are a finished job's.
 func (s *Service) submitCached(ctx context.Context, j *Job, res tools.Result) (*Job, bool, error) {
 	s.refund(j)
+	if g := j.Guard; g != nil && g.Outcome != policy.OutcomeAllow { // a spent budget: nothing is spent here
+		g.Outcome, g.Code, g.Rule = policy.OutcomeAllow, "", ""
+		g.Reason = "answered from the result cache: nothing spent (" + g.Reason + ")"
+		g.Spend = nil
+	}
 	now := j.CreatedAt
 	j.State, j.StartedAt, j.FinishedAt = StateSucceeded, &now, &now
 	res.Usage = tools.Usage{}

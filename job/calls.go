@@ -98,18 +98,22 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	}
 	*decided = true
 	ckey := s.cacheKey(tenant, req.SessionID, tool, args)
+	// A hit spends nothing, so a spent budget does not refuse it; a deny
+	// rule, a rate or usage limit and an approval still do (cache.go).
+	if ckey != "" && (d.Outcome == policy.OutcomeAllow || (d.Outcome == policy.OutcomeDeny && d.Code == policy.CodeBudgetExhausted)) {
+		if res, ok := s.cache.get(ckey, now); ok {
+			s.m.cache.WithLabelValues(tool.Name, "hit").Inc()
+			return s.submitCached(ctx, j, res)
+		}
+		if d.Outcome == policy.OutcomeAllow {
+			s.m.cache.WithLabelValues(tool.Name, "miss").Inc()
+		}
+	}
 	switch d.Outcome {
 	case policy.OutcomeDeny:
 		return s.submitRefused(ctx, j, d)
 	case policy.OutcomeConfirm:
 		return s.submitPending(ctx, j, tool, args, d, req)
-	}
-	if ckey != "" {
-		if res, ok := s.cache.get(ckey, now); ok {
-			s.m.cache.WithLabelValues(tool.Name, "hit").Inc()
-			return s.submitCached(ctx, j, res)
-		}
-		s.m.cache.WithLabelValues(tool.Name, "miss").Inc()
 	}
 	if ls != nil && mutates(tool) {
 		ls.bumpWorkspace()
