@@ -85,6 +85,7 @@ type pyMsg struct {
 	Value       string     `json:"value"`
 	Error       string     `json:"error"`
 	Interrupted bool       `json:"interrupted"`
+	ExitCode    int        `json:"exit_code"`
 	Artifacts   []Artifact `json:"artifacts"`
 }
 

@@ -147,6 +147,18 @@ def _figures():
     return out
 
 
+def _exit_status(code):
+    # What the interpreter's exit status would be after SystemExit(code):
+    # None is 0, an int is itself (as the kernel keeps it), anything else
+    # is printed to stderr and is 1.
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    _err.write('%s\n' % (code,))
+    return 1
+
+
 def _run(code):
     global _busy, _ncell
     _ncell += 1
@@ -168,10 +180,15 @@ def _run(code):
                 res['value'] = _clip(repr(v))
     except KeyboardInterrupt as e:
         _busy = False
-        res.update(ok=False, error=_fmt(e), interrupted=True)
-    except BaseException as e:  # SystemExit too: the session survives sys.exit()
+        res.update(ok=False, error=_fmt(e), interrupted=True, exit_code=1)
+    except SystemExit as e:  # the session survives sys.exit(): status as a process's
         _busy = False
-        res.update(ok=False, error=_fmt(e))
+        n = _exit_status(e.code)
+        if n:
+            res.update(ok=False, exit_code=n)
+    except BaseException as e:
+        _busy = False
+        res.update(ok=False, error=_fmt(e), exit_code=1)
     _busy = False
     return res
 
@@ -189,7 +206,7 @@ def _main():
                 res['artifacts'] = arts
         except KeyboardInterrupt:
             _busy = False
-            res = {'t': 'r', 'ok': False, 'error': 'KeyboardInterrupt\n', 'interrupted': True}
+            res = {'t': 'r', 'ok': False, 'error': 'KeyboardInterrupt\n', 'interrupted': True, 'exit_code': 1}
         res['id'] = req.get('id', 0)  # the agent takes only the answer to its cell
         _send(res)
 

@@ -59,6 +59,9 @@ func readPyMsg(br *bufio.Reader) (pyMsg, error) {
 // note reports what was dropped (to the cell's stderr).
 func (m *pyMsg) result(res *REPLResult, note func(string)) {
 	res.OK = m.OK
+	if m.ExitCode > 0 && m.ExitCode <= 255 {
+		res.ExitCode = m.ExitCode
+	}
 	res.Value = clipMarked(m.Value, maxREPLText)
 	res.Error = clipMarked(m.Error, maxREPLText)
 	var total int

@@ -31,27 +31,31 @@ func TestREPLCells(t *testing.T) {
 		name, code           string
 		ok                   bool
 		value, stdout, error string // error: substring of the traceback
+		exit                 int    // ExitCode: 1 after an exception, sys.exit's status
 	}{
-		{"assign", "x = 41", true, "", "", ""},
-		{"globals persist", "x + 1", true, "42", "", ""},
-		{"function persists", "def f(n):\n    return n * 2\n", true, "", "", ""},
-		{"call", "f(x)", true, "82", "", ""},
-		{"print and value", "print('hi')\n'v'", true, "'v'", "hi\n", ""},
-		{"None value", "None", true, "", "", ""},
-		{"trailing statement", "y = 1\nz = 2", true, "", "", ""},
-		{"underscore", "_", true, "'v'", "", ""},
-		{"exception", "def g():\n    return 1/0\n\ng()", false, "", "", "ZeroDivisionError: division by zero"},
-		{"syntax error", "def (:", false, "", "", "SyntaxError"},
-		{"sys.exit keeps session", "import sys; sys.exit(3)", false, "", "", "SystemExit: 3"},
-		{"still alive", "x", true, "41", "", ""},
-		{"stderr", "import sys; print('e', file=sys.stderr)", true, "", "", ""},
-		{"unicode", "print('héllo ✓')\n'ü'", true, "'ü'", "héllo ✓\n", ""},
-		{"stdin is empty", "import sys; sys.stdin.read()", true, "''", "", ""},
+		{"assign", "x = 41", true, "", "", "", 0},
+		{"globals persist", "x + 1", true, "42", "", "", 0},
+		{"function persists", "def f(n):\n    return n * 2\n", true, "", "", "", 0},
+		{"call", "f(x)", true, "82", "", "", 0},
+		{"print and value", "print('hi')\n'v'", true, "'v'", "hi\n", "", 0},
+		{"None value", "None", true, "", "", "", 0},
+		{"trailing statement", "y = 1\nz = 2", true, "", "", "", 0},
+		{"underscore", "_", true, "'v'", "", "", 0},
+		{"exception", "def g():\n    return 1/0\n\ng()", false, "", "", "ZeroDivisionError: division by zero", 1},
+		{"syntax error", "def (:", false, "", "", "SyntaxError", 1},
+		{"sys.exit keeps session", "import sys; sys.exit(3)", false, "", "", "", 3},
+		{"sys.exit(0) is success", "import sys; sys.exit(0)", true, "", "", "", 0},
+		{"sys.exit(None) is success", "raise SystemExit", true, "", "", "", 0},
+		{"sys.exit with a message", "import sys; sys.exit('bad')", false, "", "", "", 1},
+		{"still alive", "x", true, "41", "", "", 0},
+		{"stderr", "import sys; print('e', file=sys.stderr)", true, "", "", "", 0},
+		{"unicode", "print('héllo ✓')\n'ü'", true, "'ü'", "héllo ✓\n", "", 0},
+		{"stdin is empty", "import sys; sys.stdin.read()", true, "''", "", "", 0},
 	}
 	for _, tt := range tests { // sequential: cells share globals
 		res := repl(t, c, tt.code, 0)
-		if res.OK != tt.ok || res.Value != tt.value || res.Stdout != tt.stdout || !strings.Contains(res.Error, tt.error) {
-			t.Errorf("%s: got ok=%v value=%q stdout=%q error=%q", tt.name, res.OK, res.Value, res.Stdout, res.Error)
+		if res.OK != tt.ok || res.Value != tt.value || res.Stdout != tt.stdout || !strings.Contains(res.Error, tt.error) || res.ExitCode != tt.exit {
+			t.Errorf("%s: got ok=%v value=%q stdout=%q error=%q exit %d", tt.name, res.OK, res.Value, res.Stdout, res.Error, res.ExitCode)
 		}
 		if res.Restarted || res.TimedOut {
 			t.Errorf("%s: restarted=%v timedout=%v", tt.name, res.Restarted, res.TimedOut)

@@ -48,11 +48,17 @@ type REPLRequest struct {
 // REPLResult is the outcome of one cell. A Python exception is OK=false
 // with the traceback in Error; it is a result, not an error.
 type REPLResult struct {
-	OK        bool          `json:"ok"`
-	Stdout    string        `json:"stdout,omitempty"`
-	Stderr    string        `json:"stderr,omitempty"`
-	Value     string        `json:"value,omitempty"` // repr of the trailing expression, "" if none/None
-	Error     string        `json:"error,omitempty"` // traceback
+	OK     bool   `json:"ok"`
+	Stdout string `json:"stdout,omitempty"`
+	Stderr string `json:"stderr,omitempty"`
+	Value  string `json:"value,omitempty"` // repr of the trailing expression, "" if none/None
+	Error  string `json:"error,omitempty"` // traceback, or why the interpreter is gone
+	// ExitCode is the cell's status as the one-shot interpreter's exit
+	// status would be: 0, 1 after an uncaught exception (Error holds its
+	// traceback), SystemExit's code (no traceback: sys.exit(3) is 3, a
+	// message is printed to Stderr and is 1). 0 with OK false: the
+	// interpreter died or timed out (Error, TimedOut, Restarted say).
+	ExitCode  int           `json:"exit_code,omitempty"`
 	Artifacts []Artifact    `json:"artifacts,omitempty"`
 	TimedOut  bool          `json:"timed_out,omitempty"`
 	Restarted bool          `json:"restarted,omitempty"` // interpreter was restarted; globals lost

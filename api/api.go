@@ -1,6 +1,9 @@
 // Package api serves sandboxd's HTTP API: jobs (submit, get, list, cancel,
-// server-sent events), sessions, approvals, the tool catalogue, the
-// dashboard's scoped numbers, health and the OpenAPI document. It talks to the job service only through JobService.
+// server-sent events, timeline, artifacts), model turns (/v1/tool-calls),
+// sessions (files, archives), approvals, the tool catalogue and its reload
+// (/v1/admin), the console's scoped numbers and series, health and the
+// OpenAPI document. It talks to the job service only through JobService;
+// every error's HTTP status is decided in one switch (errors.go).
 package api
 
 import (
@@ -61,6 +64,10 @@ type Options struct {
 	// tools directory) to GET /v1/tools and serves POST
 	// /v1/admin/tools/reload (for the operator).
 	Tools ToolSources
+	// MCP serves the Model Context Protocol (Streamable HTTP) at /mcp for
+	// a tenant's key: the handler of that tenant's MCP sessions
+	// (mcpserver.Server.HandlerFor); nil: no such route.
+	MCP func(tenant string) http.Handler
 }
 
 func (o *Options) setDefaults() {
@@ -97,6 +104,7 @@ type server struct {
 //	POST|GET /v1/sessions/{id}/archive?path=DIR   (tar, optionally gzip)
 //	POST /v1/tool-calls, GET /v1/tool-calls/{id}   one model turn (?wait)
 //	POST /v1/admin/tools/reload                    reload the tools directory
+//	POST|GET|DELETE /mcp                           MCP (Streamable HTTP), a tenant's key
 func New(svc JobService, opts Options) http.Handler {
 	opts.setDefaults()
 	s := &server{svc: svc, opts: opts, log: opts.Logger}
@@ -117,8 +125,14 @@ func New(svc JobService, opts Options) http.Handler {
 	// key the user pastes reads /v1/dashboard and /v1/approvals.
 	r.Method(http.MethodGet, "/", dashboard.Handler())
 	r.Method(http.MethodGet, dashboard.Prefix+"*", dashboard.Handler())
+	authn := newAuthenticator(opts.Keys, opts.OperatorKeys).middleware(s)
+	if opts.MCP != nil {
+		r.With(authn, s.requireTenant).Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			opts.MCP(tenantFrom(r.Context())).ServeHTTP(w, r)
+		}))
+	}
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(newAuthenticator(opts.Keys, opts.OperatorKeys).middleware(s))
+		r.Use(authn)
 		// Reads of jobs and sessions take an operator key too (every
 		// tenant's); what changes them needs a tenant's (requireTenant).
 		r.Mount("/jobs", (&jobsResource{s}).Routes())

@@ -44,6 +44,31 @@ func (rs *toolsResource) warm(r *http.Request) {
 // warmTimeout bounds how long a listing waits for lazy providers.
 const warmTimeout = 10 * time.Second
 
+// ToolsPlacer is the optional part of the job service that says where a
+// tenant's calls run (a session, or one-shot in the default image), so
+// that descriptions say what is true there. *job.Service implements it.
+type ToolsPlacer interface {
+	// ToolsWhere: a session of another tenant is job.ErrSessionNotFound.
+	ToolsWhere(ctx context.Context, tenant, sessionID string) (tools.Where, error)
+}
+
+// whereTimeout bounds how long a listing waits for the probe of an image
+// (a sandbox's start and a short script); descriptions then promise only
+// the standard library until the probe has answered.
+const whereTimeout = 10 * time.Second
+
+// where is where the caller's calls run: ?session_id= names a session of
+// theirs, else one-shot.
+func (rs *toolsResource) where(r *http.Request) (tools.Where, error) {
+	p, ok := rs.svc.(ToolsPlacer)
+	if !ok {
+		return tools.Where{}, nil
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), whereTimeout)
+	defer cancel()
+	return p.ToolsWhere(ctx, tenantFrom(r.Context()), r.URL.Query().Get("session_id"))
+}
+
 // parseFormat returns "" for sandboxd's own shape.
 func parseFormat(s string) (tools.Format, error) {
 	if s == "" || strings.EqualFold(s, "sandboxd") {
@@ -63,6 +88,11 @@ func (rs *toolsResource) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rs.warm(r)
+	where, err := rs.where(r)
+	if err != nil {
+		rs.writeError(w, r, err)
+		return
+	}
 	out := toolList{Tools: []any{}}
 	reg := rs.svc.Registry()
 	if reg == nil {
@@ -70,7 +100,7 @@ func (rs *toolsResource) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if format != "" {
-		exported, err := reg.Export(format)
+		exported, err := reg.ExportIn(format, where)
 		if err != nil {
 			rs.writeError(w, r, err)
 			return
@@ -83,7 +113,7 @@ func (rs *toolsResource) list(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, name := range reg.Names() {
 		if t, ok := reg.Lookup(name); ok {
-			out.Tools = append(out.Tools, viewTool(t))
+			out.Tools = append(out.Tools, viewTool(t.In(where)))
 		}
 	}
 	if rs.opts.Tools != nil {
@@ -112,11 +142,16 @@ func (rs *toolsResource) get(w http.ResponseWriter, r *http.Request) {
 		rs.writeError(w, r, fmt.Errorf("%w: %q", tools.ErrUnknownTool, name))
 		return
 	}
-	if format == "" {
-		writeJSON(w, http.StatusOK, viewTool(t))
+	where, err := rs.where(r)
+	if err != nil {
+		rs.writeError(w, r, err)
 		return
 	}
-	exported, err := reg.Export(format, t.Name)
+	if format == "" {
+		writeJSON(w, http.StatusOK, viewTool(t.In(where)))
+		return
+	}
+	exported, err := reg.ExportIn(format, where, t.Name)
 	if err != nil {
 		rs.writeError(w, r, err)
 		return

@@ -111,6 +111,21 @@ type ContainerdRunner struct {
 type Queue struct {
 	Size    int `yaml:"size" env:"SANDBOXD_QUEUE_SIZE" check:"positive" doc:"jobs accepted and waiting for a worker; past it a submit answers 429 with Retry-After"`
 	Workers int `yaml:"workers" env:"SANDBOXD_WORKERS" check:"positive" doc:"jobs running at once"`
+	// TenantMaxRunning caps the jobs one tenant runs at once (a tenant's
+	// own tenants[].max_running wins); 0: DefaultTenantMaxRunning.
+	TenantMaxRunning int `yaml:"tenant_max_running" env:"SANDBOXD_TENANT_MAX_RUNNING" check:"nonnegative" default:"0: three quarters of the workers (at least 1) when two or more tenants are configured, else all of them" doc:"jobs one tenant runs at once, so that another tenant's job finds a worker; queued jobs start in a fair order across tenants by their weight (tenants[].weight), first come first served within a tenant"`
+}
+
+// TenantCap is the running cap of a tenant without its own max_running,
+// given how many tenants are configured.
+func (q Queue) TenantCap(tenants int) int {
+	if q.TenantMaxRunning > 0 {
+		return min(q.TenantMaxRunning, q.Workers)
+	}
+	if tenants < 2 {
+		return q.Workers
+	}
+	return max(q.Workers*3/4, 1)
 }
 
 // API tunes the HTTP API.
@@ -209,8 +224,27 @@ type Tenant struct {
 	// paths on the local runner) the tenant's sessions may name besides
 	// the runner's configured image; empty: that image only.
 	Images []string `yaml:"images" default:"none: only the runner's configured image (runner.docker.image, runner.containerd.image, runner.local.rootfs)" doc:"more images the tenant's sessions may name: references on the container runners (spellings of one image are equal: sandboxd/base = docker.io/sandboxd/base:latest), absolute rootfs paths on the local runner; anything else is a 400 naming the allowed ones, a malformed entry stops sandboxd at start"`
+	// Weight is the tenant's share of the workers when several tenants
+	// have jobs queued, and of the CPU when their sandboxes compete (its
+	// sandboxes share a parent cgroup of this weight); MaxRunning caps its
+	// running jobs (0: queue.tenant_max_running).
+	Weight     int `yaml:"weight" check:"nonnegative" default:"100" doc:"the tenant's share, from 1 to 10000, of the workers while several tenants have jobs queued (jobs start in proportion to the weights) and of the CPU while their sandboxes compete (a parent cgroup per tenant: cpu.weight on cgroup v2, cpu.shares = weight*1024/100 on v1, on the local and docker runners)"`
+	MaxRunning int `yaml:"max_running" check:"nonnegative" default:"queue.tenant_max_running" doc:"the tenant's jobs running at once"`
 	// CallbackSecret signs the completion callbacks of the tenant's jobs.
 	CallbackSecret string `yaml:"callback_secret" default:"callbacks.secret" doc:"the HMAC-SHA256 key of the X-Sandboxd-Signature of the tenant's completion callbacks (give it to the receiver)"`
+}
+
+// DefaultTenantWeight is the weight of a tenant without its own (the
+// cgroup v2 default cpu.weight).
+const DefaultTenantWeight = 100
+
+// MaxTenantWeight is the highest tenants[].weight (cgroup v2's).
+const MaxTenantWeight = 10000
+
+// TenantShare is a tenant's weight and running cap (zero: the defaults).
+type TenantShare struct {
+	Weight     int
+	MaxRunning int
 }
 
 // Tenants is the tenants list; from the environment it reads

@@ -60,6 +60,18 @@ func (c *Config) TenantImages() map[string][]string {
 	return out
 }
 
+// TenantShares maps each tenant with a weight or a running cap to them
+// (job.Config.Shares).
+func (c *Config) TenantShares() map[string]TenantShare {
+	out := map[string]TenantShare{}
+	for _, t := range c.Tenants {
+		if t.Weight > 0 || t.MaxRunning > 0 {
+			out[t.Name] = TenantShare{Weight: t.Weight, MaxRunning: t.MaxRunning}
+		}
+	}
+	return out
+}
+
 // Policies maps each tenant with a policy to it.
 func (c *Config) Policies() map[string]policy.TenantPolicy {
 	out := map[string]policy.TenantPolicy{}

@@ -272,6 +272,9 @@ callbacks:
 			}
 			time.Sleep(50 * time.Millisecond)
 			resp, data = s.do("GET", "/v1/tool-calls/"+b.ID, "key-alice", nil, &b)
+			if resp.StatusCode != 200 {
+				t.Fatalf("GET turn: %d %s", resp.StatusCode, data)
+			}
 		}
 		if b.Callback.State != "delivered" || len(b.Callback.Attempts) != 1 || b.Callback.Attempts[0].Status != 204 {
 			t.Fatalf("turn callback %+v", b.Callback)

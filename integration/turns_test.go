@@ -243,10 +243,20 @@ func TestTurnApprovalHoldsBatch(t *testing.T) {
 	}
 
 	// Denied by the reviewer: that call's message says so, the others run.
-	code, tv, _ = s.postTurn("k-acme", "", `[`+chatCall("d1", "bash", `{"command":"echo no"}`)+","+chatCall("d2", "calculator", `{"expression":"3*3"}`)+`]`)
+	code, tv, raw = s.postTurn("k-acme", "", `[`+chatCall("d1", "bash", `{"command":"echo no"}`)+","+chatCall("d2", "calculator", `{"expression":"3*3"}`)+`]`)
+	if code != 202 || tv.State != "pending_approval" {
+		t.Fatalf("submit to be denied: %d %s", code, raw)
+	}
 	s.do("GET", "/v1/approvals?state=pending", "k-acme", nil, &page)
-	s.do("POST", "/v1/approvals/"+page.Approvals[0].ID, "k-acme", map[string]any{"decision": "deny", "reason": "not now"}, nil)
-	_, tv = s.getTurn("k-acme", tv.ID, "60s")
+	if len(page.Approvals) != 1 {
+		t.Fatalf("approvals %+v", page.Approvals)
+	}
+	if resp, data := s.do("POST", "/v1/approvals/"+page.Approvals[0].ID, "k-acme", map[string]any{"decision": "deny", "reason": "not now"}, nil); resp.StatusCode != 200 {
+		t.Fatalf("deny: %d %s", resp.StatusCode, data)
+	}
+	if code, tv = s.getTurn("k-acme", tv.ID, "60s"); code != 200 || tv.State != "completed" {
+		t.Fatalf("after denial: %d %+v", code, tv)
+	}
 	if c := tv.Calls[0]; c.OK || c.Reason != "approval_denied" || c.Content != "Error: a reviewer denied the call: not now" {
 		t.Errorf("denied approval: %+v", c)
 	}

@@ -28,7 +28,7 @@ func (a agentClientREPL) REPL(ctx context.Context, req replRequest, onOutput fun
 		return replResult{}, err
 	}
 	out := replResult{
-		OK: r.OK, Stdout: r.Stdout, Stderr: r.Stderr, Value: r.Value, Error: r.Error,
+		OK: r.OK, Stdout: r.Stdout, Stderr: r.Stderr, Value: r.Value, Error: r.Error, ExitCode: r.ExitCode,
 		TimedOut: r.TimedOut, Restarted: r.Restarted, Duration: r.Duration,
 	}
 	for _, art := range r.Artifacts {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +47,8 @@ func (r agentRunner) Create(ctx context.Context, spec runner.SandboxSpec) (runne
 
 // TestSessionREPLThroughAgent: in a session whose sandbox has an agent,
 // python_repl keeps its globals between calls, shows the last expression's
-// value and reports an exception as a failed result.
+// value as a one-shot prints it and reports an exception as a one-shot
+// does (traceback on stderr, status 1, the exception in error).
 func TestSessionREPLThroughAgent(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
@@ -62,11 +64,13 @@ func TestSessionREPLThroughAgent(t *testing.T) {
 	if j := h.run(t, "acme", s.ID, "python_repl", `{"code":"x = 41\nprint('set')"}`); j.State != job.StateSucceeded || j.Result.Content != "set\n" {
 		t.Fatalf("first cell: %+v", j.Result)
 	}
-	if j := h.run(t, "acme", s.ID, "python_repl", `{"code":"x + 1"}`); j.State != job.StateSucceeded || j.Result.Content != "42" {
+	if j := h.run(t, "acme", s.ID, "python_repl", `{"code":"x + 1"}`); j.State != job.StateSucceeded || j.Result.Content != "42\n" {
 		t.Fatalf("second cell: %+v", j.Result)
 	}
 	j := h.run(t, "acme", s.ID, "python_repl", `{"code":"1/0"}`)
-	if j.State != job.StateFailed || j.Reason != job.ReasonToolError || j.Result.OK {
+	if j.State != job.StateFailed || j.Reason != job.ReasonToolError || j.Result.OK ||
+		j.Result.Error == "" || !strings.Contains(j.Result.Content, "[stderr]\nTraceback") ||
+		j.Result.Process == nil || j.Result.Process.ExitCode != 1 {
 		t.Fatalf("exception: %+v %+v", j, j.Result)
 	}
 	// A one-shot python_repl (no session) still runs the command.

@@ -151,7 +151,7 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	e.events.emit(Event{Type: EventQueued, Time: now, Job: cloneJob(j)})
 	e.mu.Unlock()
 	s.m.queueDepth.Inc()
-	s.queue <- e
+	s.sched.push(e)
 	s.log.Debug("job queued", "job", j.ID, "tenant", tenant, "tool", j.Tool)
 	return snap, true, nil
 }

@@ -28,6 +28,13 @@ type Config struct {
 	// Queue: Workers jobs run at once; Size bounds the jobs accepted but
 	// not yet started (a Submit beyond it is ErrQueueFull).
 	Queue config.Queue
+	// Shares are the tenants' weights and running caps
+	// (config.TenantShares): the order of the queue (sched.go) and the
+	// CPU weight of their sandboxes. Tenants is how many tenants are
+	// configured, for the running cap of a tenant without its own
+	// (config.Queue.TenantCap); 0 or 1: no cap below Queue.Workers.
+	Shares  map[string]config.TenantShare
+	Tenants int
 	// Limits are the per-job (and per-session) defaults and the operator's
 	// ceilings; a request asking for more than a ceiling is ErrInvalid. A
 	// zero field takes the built-in value (config.Limits.Effective).

@@ -33,6 +33,19 @@ func (s *Service) specFor(id, tenant, session string, effects []tools.Effect, re
 	return spec, nil
 }
 
+// tenantCPU reports whether sandboxes are grouped by tenant: a parent
+// cgroup per tenant, of the tenant's weight, shares the CPU by tenant (the
+// runner's, see runner.SandboxSpec.Tenant). Only with two or more tenants
+// configured: a single tenant has nobody to share with.
+func (s *Service) tenantCPU() bool { return s.cfg.Tenants >= 2 }
+
+// tenantSpec puts a sandbox of tenant in the tenant's CPU group.
+func (s *Service) tenantSpec(spec *runner.SandboxSpec, tenant string) {
+	if s.tenantCPU() && tenant != "" {
+		spec.Tenant, spec.TenantWeight = tenant, s.cfg.Shares[tenant].Weight
+	}
+}
+
 // httpOptions are the in-process http_request's options for tenant. Every
 // tenant's requests pass the same address check as its sandboxes
 // (netclass.Guard: its allow_private_cidrs, never sandboxd's own

@@ -26,21 +26,19 @@ const (
 	execGrace = 30 * time.Second
 )
 
+// worker runs the jobs the scheduler gives it until Shutdown closes the
+// scheduler (jobs still queued stay queued in the store for the next
+// start).
 func (s *Service) worker() {
 	for {
-		select {
-		case <-s.quit:
+		e := s.sched.next()
+		if e == nil {
 			return
-		case e := <-s.queue:
-			<-s.slots
-			s.m.queueDepth.Dec()
-			select {
-			case <-s.quit:
-				return // the job stays queued in the store for the next start
-			default:
-			}
-			s.run(e)
 		}
+		<-s.slots
+		s.m.queueDepth.Dec()
+		s.run(e)
+		s.sched.done(e.tenant())
 	}
 }
 
@@ -248,6 +246,7 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 		}
 		spec.Limits, spec.Image = j.Limits, tool.Image
 		spec.Labels = map[string]string{"job": j.ID, "tenant": j.Tenant}
+		s.tenantSpec(&spec, j.Tenant)
 		var release func()
 		sb, release, err = s.oneShotSandbox(ctx, spec)
 		if err != nil {
@@ -263,7 +262,7 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 	}
 	if ls != nil && tool.Name == "python_repl" {
 		if repl, ok := replOf(sb); ok {
-			return s.runREPL(ctx, e, j, repl, timeout)
+			return s.runREPL(ctx, e, j, repl, timeout, cmd.Decode)
 		}
 	}
 	ectx := ctx

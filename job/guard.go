@@ -259,7 +259,7 @@ func (s *Service) DecideApproval(ctx context.Context, tenant, id string, d Appro
 		}
 	}
 	s.m.queueDepth.Inc()
-	s.queue <- e
+	s.sched.push(e)
 	s.log.Info("call approved", "job", snap.ID, "approval", a.ID, "tenant", tenant)
 	return a, nil
 }

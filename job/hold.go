@@ -132,6 +132,6 @@ func (s *Service) Release(ctx context.Context, tenant, id string) (*Job, error) 
 		}
 	}
 	s.m.queueDepth.Inc()
-	s.queue <- e
+	s.sched.push(e)
 	return e.snapshot(), nil
 }

@@ -20,10 +20,11 @@ type poolKey struct {
 	image  string
 	iso    *runner.Isolation
 	limits runner.Limits
+	tenant string // the tenant's parent cgroup (Service.tenantCPU), "" for none
 }
 
 func keyOf(spec runner.SandboxSpec) poolKey {
-	return poolKey{image: spec.Image, iso: spec.Isolation, limits: spec.Limits}
+	return poolKey{image: spec.Image, iso: spec.Isolation, limits: spec.Limits, tenant: spec.Tenant}
 }
 
 // imageLabel is the pool_ready label: the image only, to keep cardinality
@@ -46,16 +47,21 @@ type pooledSandbox struct {
 //
 // Pooled keys are the default profile (no image, default limits, no
 // network) of every registered sandboxed tool without the http effect,
-// computed at Start. Jobs with other limits create fresh sandboxes.
+// computed at Start. Jobs with other limits create fresh sandboxes. When
+// sandboxes are grouped by tenant (Service.tenantCPU), a pooled sandbox
+// is in its tenant's cgroup from its creation: those profiles are
+// templates, and a tenant's first job of one (a miss) makes it a pooled
+// key of that tenant.
 type pool struct {
 	s    *Service
 	size int
 
-	mu      sync.Mutex
-	keys    map[poolKey]bool
-	ready   map[poolKey][]pooledSandbox
-	filling map[poolKey]int
-	stopped bool
+	mu        sync.Mutex
+	keys      map[poolKey]bool
+	templates map[poolKey]bool // per-tenant pools: keys without the tenant
+	ready     map[poolKey][]pooledSandbox
+	filling   map[poolKey]int
+	stopped   bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -66,7 +72,7 @@ func newPool(s *Service) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &pool{
 		s: s, size: s.cfg.Pool.Ready(),
-		keys: map[poolKey]bool{}, ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
+		keys: map[poolKey]bool{}, templates: map[poolKey]bool{}, ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
 		ctx: ctx, cancel: cancel,
 	}
 }
@@ -90,6 +96,10 @@ func (p *pool) start() {
 			continue
 		}
 		k := poolKey{iso: policy.Compile(t.Effects).Spec, limits: limits}
+		if p.s.tenantCPU() {
+			p.templates[k] = true
+			continue
+		}
 		if !p.keys[k] {
 			p.keys[k] = true
 			keys = append(keys, k)
@@ -108,6 +118,10 @@ func (p *pool) take(k poolKey) (ps pooledSandbox, ok, pooled bool) {
 		return ps, false, false
 	}
 	p.mu.Lock()
+	if t := k; !p.keys[k] && t.tenant != "" {
+		t.tenant = ""
+		p.keys[k] = p.templates[t] // the tenant's first: a miss, and a pool from now on
+	}
 	if !p.keys[k] || p.stopped {
 		p.mu.Unlock()
 		return ps, false, false
@@ -169,6 +183,7 @@ func (p *pool) create(k poolKey) {
 		ID: id, Image: k.image, Isolation: k.iso,
 		Limits: k.limits, Labels: map[string]string{"pool": k.imageLabel()},
 	}
+	s.tenantSpec(&spec, k.tenant)
 	// The workspace's filesystem is made here, ahead of the job, like
 	// the sandbox.
 	var ws *workspace.Workspace

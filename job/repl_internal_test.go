@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/builtin"
 )
 
 type fakeREPL struct {
@@ -22,32 +23,50 @@ func (f *fakeREPL) REPL(ctx context.Context, req replRequest, onOutput func(stri
 	return f.res, nil
 }
 
+// TestRunREPL: a session cell's result has the one-shot's shape (see
+// tools/builtin/python_result.go): the value printed on stdout, the
+// traceback on stderr with status 1, sys.exit's status, the same error
+// lines, process details kept.
 func TestRunREPL(t *testing.T) {
 	t.Parallel()
 	s := &Service{}
-	tool := &tools.Tool{Name: "python_repl", Effects: []tools.Effect{tools.EffectExec}}
+	py := pythonTool(t)
+	cmd, err := py.Command(map[string]any{"code": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tb = "Traceback (most recent call last):\n  File \"<cell-2>\", line 1, in <module>\nZeroDivisionError: division by zero\n"
 	for _, tc := range []struct {
 		name    string
 		res     replResult
 		ok      bool
 		content string
-		errSub  string
+		err     string
+		exit    int
 		arts    int
 	}{
-		{"value appended", replResult{OK: true, Stdout: "hi", Value: "42"}, true, "hi\n42", "", 0},
-		{"traceback", replResult{OK: false, Stderr: "Traceback...\nZeroDivisionError", Error: "ZeroDivisionError: division by zero"}, false, "", "ZeroDivisionError", 0},
-		{"image", replResult{OK: true, Artifacts: []tools.Artifact{{Name: "fig1.png", MimeType: "image/png", Data: []byte("\x89PNG")}}}, true, "", "", 1},
-		{"timeout", replResult{OK: false, TimedOut: true}, false, "", "timed out", 0},
+		{"value printed", replResult{OK: true, Stdout: "hi\n", Value: "42"}, true, "hi\n42\n", "", 0, 0},
+		{"value after unterminated output", replResult{OK: true, Stdout: "a", Value: "1"}, true, "a1\n", "", 0, 0},
+		{"traceback", replResult{OK: false, Stderr: "warn\n", Error: tb, ExitCode: 1}, false,
+			"[stderr]\nwarn\n" + tb, "the code raised ZeroDivisionError: division by zero", 1, 0},
+		{"sys.exit", replResult{OK: false, ExitCode: 3}, false, "", "process exited with code 3", 3, 0},
+		{"image", replResult{OK: true, Artifacts: []tools.Artifact{{Name: "fig1.png", MimeType: "image/png", Data: []byte("\x89PNG")}}}, true, "", "", 0, 1},
+		{"timeout", replResult{OK: false, TimedOut: true, Error: "KeyboardInterrupt", ExitCode: 1}, false, "", "timed out after", 0, 0},
+		{"interpreter gone", replResult{OK: false, Error: "python interpreter exited (signal: killed) during the cell"}, false, "",
+			"python interpreter exited (signal: killed) during the cell", 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			j := &Job{ID: "job_x", Limits: runner.Limits{Timeout: time.Second}}
-			e := s.newEntry(j, tool, map[string]any{"code": "x = 1"})
+			e := s.newEntry(j, py, map[string]any{"code": "x = 1"})
 			r := &fakeREPL{res: tc.res}
-			a := s.runREPL(t.Context(), e, j, r, time.Second)
-			if a.err != nil || !a.ran || a.res.OK != tc.ok || !strings.Contains(a.res.Content, tc.content) ||
-				(tc.errSub != "" && !strings.Contains(a.res.Error, tc.errSub)) || len(a.res.Artifacts) != tc.arts {
+			a := s.runREPL(t.Context(), e, j, r, time.Second, cmd.Decode)
+			if a.err != nil || !a.ran || a.res.OK != tc.ok || a.res.Content != tc.content || len(a.res.Artifacts) != tc.arts ||
+				!strings.HasPrefix(a.res.Error, tc.err) || (tc.err == "") != (a.res.Error == "") {
 				t.Fatalf("attempt = %+v", a)
+			}
+			if a.res.Process == nil || a.res.Process.ExitCode != tc.exit || a.res.Process.TimedOut != tc.res.TimedOut {
+				t.Fatalf("process = %+v", a.res.Process)
 			}
 			if r.got.Code != "x = 1" || r.got.Timeout != time.Second {
 				t.Fatalf("request = %+v", r.got)
@@ -60,4 +79,15 @@ func TestRunREPL(t *testing.T) {
 			}
 		})
 	}
+}
+
+func pythonTool(t *testing.T) *tools.Tool {
+	t.Helper()
+	for _, tl := range builtin.Tools(builtin.Options{}) {
+		if tl.Name == "python_repl" {
+			return tl
+		}
+	}
+	t.Fatal("no python_repl")
+	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/ids"
@@ -114,7 +113,6 @@ type LongProcess struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error
-	once   sync.Once
 	s      *Service
 }
 

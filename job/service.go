@@ -52,13 +52,15 @@ type Service struct {
 	cache *resultCache
 	// images are the images each tenant's sessions may name.
 	images *imagePolicy
+	// imageFacts caches what each image holds (ImageFacts).
+	imageFacts imageFactsCache
 
-	// Admission: a token in slots for every job waiting in queue. Submit
-	// reserves one before writing the record; a worker frees it when it
-	// takes the job. queue has the same capacity, so a send after a
-	// successful reservation never blocks.
+	// Admission: a token in slots for every job waiting in the queue.
+	// Submit reserves one before writing the record; a worker frees it
+	// when it takes the job. sched is the queue: which job a free worker
+	// takes, fair across tenants (sched.go).
 	slots chan struct{}
-	queue chan *entry
+	sched *scheduler
 
 	mu      sync.RWMutex // guards closed and started; Submit holds it shared
 	closed  bool
@@ -148,7 +150,7 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 		cfg: cfg, st: st, reg: reg, r: r, log: cfg.Logger, m: cfg.Metrics,
 		cache:     newResultCache(cfg.Cache.MaxEntries, cfg.Cache.MaxResultBytes),
 		slots:     make(chan struct{}, cfg.Queue.Size),
-		queue:     make(chan *entry, cfg.Queue.Size),
+		sched:     newScheduler(cfg.Queue.TenantCap(cfg.Tenants), cfg.Shares),
 		entries:   make(map[string]*entry),
 		runCtx:    ctx,
 		runCancel: cancel,
@@ -329,7 +331,7 @@ func (s *Service) Start(ctx context.Context) error {
 			select {
 			case s.slots <- struct{}{}:
 				s.m.queueDepth.Inc()
-				s.queue <- e
+				s.sched.push(e)
 			case <-s.quit:
 				return // still queued in the store: runs at the next start
 			}
@@ -360,6 +362,7 @@ func (s *Service) shutdownJobs(ctx context.Context) error {
 	if !s.closed {
 		s.closed = true
 		close(s.quit)
+		s.sched.close()
 	}
 	s.mu.Unlock()
 

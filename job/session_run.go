@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
@@ -57,6 +56,7 @@ type replResult struct {
 	OK                  bool
 	Stdout, Stderr      string
 	Value, Error        string
+	ExitCode            int // the cell's status as a process's (agent.REPLResult.ExitCode)
 	Artifacts           []tools.Artifact
 	TimedOut, Restarted bool
 	Duration            time.Duration
@@ -71,10 +71,15 @@ func replOf(sb runner.Sandbox) (replSandbox, bool) {
 	return agentREPL(sb)
 }
 
-// runREPL runs a python_repl call in the session's REPL. The trailing
-// expression's value is appended to the content, a traceback makes the
-// result not OK, and images the code produced become artifacts.
-func (s *Service) runREPL(ctx context.Context, e *entry, j *Job, repl replSandbox, timeout time.Duration) attempt {
+// runREPL runs a python_repl call in the session's REPL and gives it the
+// result a one-shot call of the same cell gets (the contract is in
+// tools/builtin/python_result.go): the trailing expression's value is
+// printed to stdout, the traceback of an uncaught exception is the cell's
+// stderr and its status 1, sys.exit(n) is status n, and the result comes
+// from the same tools.FromProcess and the tool's decode as a one-shot's.
+// Only images the code produced (artifacts) and a restarted interpreter's
+// note are the session's own.
+func (s *Service) runREPL(ctx context.Context, e *entry, j *Job, repl replSandbox, timeout time.Duration, decode func(tools.Result) tools.Result) attempt {
 	code, _ := e.args["code"].(string)
 	stdout := newEventWriter(e.events, EventStdout)
 	stderr := newEventWriter(e.events, EventStderr)
@@ -97,21 +102,28 @@ func (s *Service) runREPL(ctx context.Context, e *entry, j *Job, repl replSandbo
 	if err != nil {
 		return attempt{ran: true, err: fmt.Errorf("repl in sandbox: %w", err)}
 	}
-	out := rr.Stdout
-	if rr.Value != "" {
-		if out != "" && !strings.HasSuffix(out, "\n") {
-			out += "\n"
-		}
-		out += rr.Value
+	info := tools.ProcessInfo{Stdout: rr.Stdout, Stderr: rr.Stderr, TimedOut: rr.TimedOut, MemoryLimit: j.Limits.MemoryBytes}
+	if rr.Value != "" && !rr.TimedOut {
+		v := rr.Value + "\n" // as the one-shot interpreter prints it
+		info.Stdout += v
+		_, _ = stdout.Write([]byte(v))
 	}
-	info := tools.ProcessInfo{Stdout: out, Stderr: rr.Stderr, TimedOut: rr.TimedOut, MemoryLimit: j.Limits.MemoryBytes}
+	if !rr.TimedOut && rr.ExitCode != 0 {
+		info.ExitCode = rr.ExitCode
+		if rr.Error != "" { // the traceback: the one-shot interpreter's last words on stderr
+			info.Stderr += rr.Error
+			_, _ = stderr.Write([]byte(rr.Error))
+		}
+	}
 	res := tools.FromProcess(info, e.tool.Effects, wall)
-	res.Process = nil // no process: the REPL lives on
-	if !rr.OK && !rr.TimedOut {
+	if decode != nil && !rr.TimedOut {
+		res = decode(res)
+	}
+	if !rr.OK && res.OK { // the interpreter is gone (rr.Error says why), or a cell failed without a status
 		res.OK = false
 		res.Error = rr.Error
 		if res.Error == "" {
-			res.Error = "the code raised an exception"
+			res.Error = "the cell failed"
 		}
 	}
 	if rr.Restarted {

@@ -30,7 +30,7 @@ type EgressPolicy struct {
 // on some ports (empty: 80 and 443) with some methods (empty: any).
 //
 // Hosts compare case-insensitively, without a trailing dot, and in their
-// ASCII (punycode) form: a rule may be written in Unicode ("*.bücher.de")
+// ASCII (punycode) form: a rule may be written in Unicode ("*.bücher.example")
 // and matches the "xn--" spelling clients send. "*.example.com" matches
 // every name below example.com ("a.example.com", "a.b.example.com") but not
 // example.com itself. An IP address (v4 dotted decimal, v6 with or without

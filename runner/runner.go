@@ -10,6 +10,8 @@ package runner
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net"
 	"time"
@@ -160,6 +162,40 @@ type SandboxSpec struct {
 	Egress Egress
 	Limits Limits
 	Labels map[string]string
+	// Tenant, when set, puts the sandbox's cgroup under a parent cgroup
+	// of the tenant's (TenantCgroup), shared by all its sandboxes, of CPU
+	// weight TenantWeight (1..10000; 0: 100): CPU is shared by tenant, not
+	// by sandbox. A runner that cannot (a remote Docker daemon, the
+	// systemd cgroup driver) ignores it.
+	Tenant       string
+	TenantWeight int
+}
+
+// TenantCgroup is the name of a tenant's parent cgroup: "tenant-" and the
+// name when it is a plain word (letters, digits, '_', '-', '.', at most
+// 64 bytes, not starting with '.'), else "tenant-" and a hash of it.
+func TenantCgroup(tenant string) string {
+	plain := tenant != "" && len(tenant) <= 64 && tenant[0] != '.'
+	for _, c := range tenant {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			plain = false
+		}
+	}
+	if plain {
+		return "tenant-" + tenant
+	}
+	sum := sha256.Sum256([]byte(tenant))
+	return "tenant-" + hex.EncodeToString(sum[:8])
+}
+
+// CPUWeight is a TenantWeight as cgroup v2's cpu.weight (1..10000, 0:
+// 100) and as v1's cpu.shares (weight*1024/100, at least 2).
+func CPUWeight(w int) (weight, shares uint64) {
+	if w <= 0 {
+		w = 100
+	}
+	w = min(w, 10000)
+	return uint64(w), max(uint64(w)*1024/100, 2)
 }
 
 // WorkspaceDir is where the workspace appears inside every sandbox.

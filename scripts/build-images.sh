@@ -7,28 +7,36 @@
 # import is skipped when the image exists, and a build is skipped when the
 # content-hash tag already exists (docker's build cache covers the rest).
 #
-# Usage: scripts/build-images.sh [--oci DIR] [--no-cache]
+# Usage: scripts/build-images.sh [--oci DIR] [--no-cache] [--print-mirror]
 #   --oci DIR   also `docker save` each image to DIR/sandboxd-<name>.tar
 #               (docker archive; `ctr images import` reads it). Skipped when
 #               DIR/sandboxd-<name>.id already holds the same image id.
 #   --no-cache  rebuild base and python without docker's build cache
 #               (the debootstrap tarball is still reused; delete it to redo).
+#   --print-mirror  print the mirror and the security mirror it would use
+#               (one per line, the second possibly empty) and exit.
 # Env: CACHE_DIR (default /var/cache/sandboxd), DEBIAN_MIRROR (default: the
-#      mirror apt uses on this machine), DEBIAN_SUITE (default bookworm).
+#      mirror apt uses on this machine: the first enabled deb source for the
+#      suite in APT_DIR's sources.list, sources.list.d/*.list and deb822
+#      sources.list.d/*.sources; no mirror is written into this script),
+#      DEBIAN_SUITE (default bookworm), APT_DIR (default /etc/apt).
 # Needs a running dockerd: run scripts/docker-setup.sh first.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${CACHE_DIR:-/var/cache/sandboxd}
 suite=${DEBIAN_SUITE:-bookworm}
+apt_dir=${APT_DIR:-/etc/apt}
 oci_dir=""
 no_cache=()
+print_mirror=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--oci) oci_dir=${2:?--oci needs a directory}; shift 2 ;;
 	--oci=*) oci_dir=${1#--oci=}; shift ;;
 	--no-cache) no_cache=(--no-cache); shift ;;
-	-h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+	--print-mirror) print_mirror=1; shift ;;
+	-h | --help) sed -n '2,24p' "$0"; exit 0 ;;
 	*) echo "build-images: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -37,7 +45,7 @@ done
 # buildx. The classic builder is what we rely on (cache keyed on parent id).
 if [ -x /usr/bin/docker ]; then DOCKER=/usr/bin/docker; else DOCKER=$(command -v docker); fi
 export DOCKER_BUILDKIT=0
-if ! "$DOCKER" info >/dev/null 2>&1; then
+if [ -z "$print_mirror" ] && ! "$DOCKER" info >/dev/null 2>&1; then
 	echo "build-images: docker daemon not reachable (run scripts/docker-setup.sh)" >&2
 	exit 1
 fi
@@ -50,7 +58,7 @@ image_id() { "$DOCKER" image inspect -f '{{.Id}}' "$1" 2>/dev/null; }
 # (deb822 *.sources and one-line *.list; disabled files are ignored like apt does).
 apt_uri() {
 	local want=$1 f
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+	for f in "$apt_dir/sources.list" "$apt_dir"/sources.list.d/*.list; do
 		[ -f "$f" ] || continue
 		awk -v s="$want" '
 			$1 == "deb" {
@@ -58,7 +66,7 @@ apt_uri() {
 				if ($(i + 1) == s) { print $i; exit }
 			}' "$f"
 	done
-	for f in /etc/apt/sources.list.d/*.sources; do
+	for f in "$apt_dir"/sources.list.d/*.sources; do
 		[ -f "$f" ] || continue
 		awk -v s="$want" '
 			function flush() {
@@ -75,12 +83,19 @@ apt_uri() {
 	done
 }
 
+mirror() { echo "${DEBIAN_MIRROR:-$(apt_uri "$suite" | head -1)}"; }
+if [ -n "$print_mirror" ]; then
+	mirror
+	apt_uri "$suite-security" | head -1
+	exit 0
+fi
+
 # ---- 1. sandboxd/debian:<suite> from debootstrap -------------------------
 debian_img=sandboxd/debian:$suite
 tarball=$cache/debian-$suite-minbase.tar
 mkdir -p "$cache"
 if [ ! -s "$tarball" ]; then
-	mirror=${DEBIAN_MIRROR:-$(apt_uri "$suite" | head -1)}
+	mirror=$(mirror)
 	if [ -z "$mirror" ]; then
 		echo "build-images: no apt source for $suite found; set DEBIAN_MIRROR" >&2
 		exit 1

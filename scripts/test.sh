@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what the tests need (packages, dockerd, the
-# sandbox images, gVisor's runsc, containerd), then runs formatting and vet
-# checks, unit tests with the race detector (the Docker and containerd
+# sandbox images, gVisor's runsc, containerd), then runs formatting, vet and
+# staticcheck checks, unit tests with the race detector (the Docker and containerd
 # runners' against the real daemons, under runc and under runsc), short fuzz
 # runs and the integration tests (which start real sandboxd processes, a
 # real Prometheus and headless Chromium).
@@ -36,6 +36,9 @@ fi
 echo "== go vet"
 go vet ./...
 go vet -tags integration ./integration/
+
+echo "== staticcheck"
+bash scripts/staticcheck.sh
 
 echo "== unit tests (race)"
 go test -race -count=1 ./...

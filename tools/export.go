@@ -46,6 +46,11 @@ func ParseFormat(s string) (Format, error) {
 // every call returns fresh copies the caller may modify. Errors wrap
 // ErrUnknownFormat or ErrUnknownTool.
 func (r *Registry) Export(f Format, names ...string) ([]map[string]any, error) {
+	return r.export(f, nil, names...)
+}
+
+// export is Export; with w, descriptions are as true where w says.
+func (r *Registry) export(f Format, w *Where, names ...string) ([]map[string]any, error) {
 	if !slices.Contains(Formats, f) {
 		return nil, fmt.Errorf("%w %q (want openai, anthropic or mcp)", ErrUnknownFormat, string(f))
 	}
@@ -72,6 +77,9 @@ func (r *Registry) Export(f Format, names ...string) ([]map[string]any, error) {
 
 	out := make([]map[string]any, 0, len(tools))
 	for _, t := range tools {
+		if w != nil {
+			t = t.In(*w)
+		}
 		out = append(out, exportTool(f, t))
 	}
 	return out, nil
@@ -101,8 +109,8 @@ func exportShape(f Format, t *Tool) map[string]any {
 			"inputSchema": in,
 			"annotations": MCPAnnotations(t),
 		}
-		if out := t.OutputSchema; len(out) > 0 && outputIsObject(out) {
-			m["outputSchema"] = json.RawMessage(slices.Clone(out))
+		if _, out := MCPSchemas(t); out != nil {
+			m["outputSchema"] = out
 		}
 		return m
 	default: // FormatOpenAI
@@ -115,6 +123,17 @@ func exportShape(f Format, t *Tool) map[string]any {
 			},
 		}
 	}
+}
+
+// MCPSchemas are t's schemas as MCP lists them (the export above and
+// sandboxd's own MCP server): fresh copies of the input schema, and of the
+// output schema when it describes objects (else nil).
+func MCPSchemas(t *Tool) (in, out json.RawMessage) {
+	in = json.RawMessage(slices.Clone(t.InputSchema))
+	if o := t.OutputSchema; len(o) > 0 && outputIsObject(o) {
+		out = json.RawMessage(slices.Clone(o))
+	}
+	return in, out
 }
 
 // outputIsObject reports whether an output schema describes objects: MCP

@@ -430,9 +430,7 @@ func number(w []byte) (string, bool) {
 	if strings.HasPrefix(s, ".") {
 		s = "0" + s
 	}
-	if strings.HasSuffix(s, ".") {
-		s = strings.TrimSuffix(s, ".")
-	}
+	s = strings.TrimSuffix(s, ".")
 	if neg {
 		s = "-" + s
 	}

@@ -3,8 +3,8 @@
 // parsed and validated, and the normalised result every tool returns.
 //
 // tools is a leaf package: it imports only the standard library, the JSON
-// Schema library and internal/netclass (the address checks of
-// http_request's options, itself standard library only). Tools that must run inside a sandbox (exec effect) do not
+// Schema library, internal/ids (call IDs) and internal/netclass (the
+// address checks of http_request's options), both standard library only. Tools that must run inside a sandbox (exec effect) do not
 // run themselves: they describe a Command and the job service runs it through
 // a runner, then turns the process result back into a Result with
 // FromProcess.
@@ -86,6 +86,12 @@ type Tool struct {
 	// Command builds the process a sandboxed tool (exec effect) runs.
 	// args has already been validated against InputSchema.
 	Command func(args map[string]any) (Command, error) `json:"-"`
+
+	// Describe, when set, is the description as true where the calls run
+	// (in a session or not, what the image holds): the exports a caller
+	// asks for a place (GET /v1/tools?session_id=) use it. Description
+	// stays the one true everywhere.
+	Describe func(Where) string `json:"-"`
 
 	// Available, when set, says whether the tool can be called right now:
 	// nil when it can, else why not (a provider restarting). Such a tool

@@ -67,6 +67,7 @@ Usage:
   sandboxd session rm ID
   sandboxd files put --session ID LOCAL [REMOTE]     (a directory is sent as a tar)
   sandboxd files get --session ID REMOTE [LOCAL]     (a directory arrives as a tar, unpacked)
+  sandboxd mcp [--url URL --api-key KEY] [--config FILE] [--data-dir DIR]   (MCP on stdio)
   sandboxd version
   sandboxd help [COMMAND]
 
@@ -129,6 +130,8 @@ func cli(ctx context.Context, args []string, e env) int {
 		return cmdSession(ctx, rest, e)
 	case "files":
 		return cmdFiles(ctx, rest, e)
+	case "mcp":
+		return cmdMCP(ctx, rest, e)
 	case "version", "--version", "-version":
 		fmt.Fprintln(e.stdout, "sandboxd", versionString())
 		return exitOK

@@ -42,7 +42,8 @@ func lockDataDir(dir string) (release func(), err error) {
 	}
 	// The holder's pid, for the message of the next one. A crash leaves
 	// the file (and a stale pid in it) but no lock.
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/netclass"
 	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/mcpserver"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/store"
 	"github.com/sandboxd/sandboxd/tools"
@@ -112,6 +113,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	svc, err := job.New(job.Config{
 		Queue:       cfg.Queue,
+		Shares:      cfg.TenantShares(),
+		Tenants:     len(cfg.Tenants),
 		Limits:      lim,
 		Sessions:    cfg.Sessions,
 		Pool:        cfg.Pool,
@@ -174,7 +177,25 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer stopHistory()
 	go hist.Run(histCtx)
 
+	// MCP (Streamable HTTP at /mcp, and stdio for `sandboxd mcp`): every
+	// call a job of this service; an MCP session's sandboxd session idles
+	// out like any other's.
+	mcpSrv := mcpserver.New(svc, mcpserver.Options{Version: versionString(),
+		IdleTimeout: time.Duration(cfg.Sessions.DefaultIdle), Logger: log.With("component", "mcp")})
+	if stdio := stdioMCPFrom(ctx); stdio != nil {
+		var stopServe context.CancelFunc
+		ctx, stopServe = context.WithCancel(ctx)
+		defer stopServe()
+		go func() {
+			defer stopServe() // the client closed stdin: sandboxd stops
+			if err := mcpSrv.ServeStdio(ctx, stdio.tenant, stdio.in, stdio.out); err != nil {
+				log.Error("MCP over stdio", "err", err)
+			}
+		}()
+	}
+
 	handler := api.New(svc, api.Options{
+		MCP:          mcpSrv.HandlerFor,
 		History:      hist,
 		Keys:         cfg.APIKeys(),
 		OperatorKeys: cfg.OperatorKeys,

@@ -35,7 +35,11 @@ func TestNewSortsByTime(t *testing.T) {
 	if !slices.IsSorted(ids) {
 		t.Fatalf("not sorted: %v", ids)
 	}
-	if At("", base)[:9] != At("", base)[:9] {
-		t.Fatal("the timestamp part differs for the same millisecond")
+	a, b := At("", base), At("", base)
+	if a[:9] != b[:9] {
+		t.Fatalf("the timestamp part differs for the same millisecond: %q, %q", a, b)
+	}
+	if a == b {
+		t.Fatalf("two IDs of the same millisecond are equal: %q", a)
 	}
 }

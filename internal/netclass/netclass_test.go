@@ -130,13 +130,13 @@ func TestCheckHost(t *testing.T) {
 		want string // "" allowed
 	}{
 		{"example.com", ""},
-		{"sub.example.co.uk", ""},
+		{"sub.example.org", ""},
 		{"8.8.8.8", ""},
 		{"2606:4700:4700::1111", ""},
 		{"[2606:4700:4700::1111]", ""},
-		{"xn--nxasmq6b.com", ""},
-		{"1example.com", ""},
-		{"0xdeadbeef.com", ""},
+		{"xn--nxasmq6b.example", ""},
+		{"1example.example", ""},
+		{"0xdeadbeef.example.com", ""},
 		// loopback in every spelling
 		{"127.0.0.1", "loopback"},
 		{"127.1", "loopback"},

@@ -3,6 +3,8 @@ package docker
 import (
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
@@ -44,6 +46,13 @@ type Config struct {
 	Defaults runner.Limits
 	// TmpBytes caps the /tmp and /dev/shm tmpfs of each sandbox. Default 64 MiB.
 	TmpBytes int64
+	// CgroupParent is the cgroup under which each tenant's parent cgroup
+	// is made (SandboxSpec.Tenant: --cgroup-parent
+	// /CgroupParent/tenant-NAME, its CPU weight written by sandboxd), when
+	// the daemon uses the cgroupfs driver and this host's /sys/fs/cgroup.
+	// Default "sandboxd" (the local runner's: a tenant's sandboxes of
+	// both runners share its group).
+	CgroupParent string
 	// ReconcileInterval is how often orphaned containers are removed.
 	// Default 30s; negative disables the loop (Reap still works).
 	ReconcileInterval time.Duration
@@ -58,6 +67,10 @@ func (c *Config) setDefaults() error {
 	if c.Host == "" {
 		c.Host = "unix:///var/run/docker.sock"
 	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = "sandboxd"
+	}
+	c.CgroupParent = strings.Trim(filepath.Clean("/"+c.CgroupParent), "/")
 	if c.Image == "" {
 		c.Image = DefaultImage
 	}

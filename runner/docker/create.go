@@ -183,6 +183,9 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 			},
 		},
 	}
+	if hc.CgroupParent, err = r.tenantParent(spec.Tenant, spec.TenantWeight); err != nil {
+		return nil, nil, err
+	}
 	r.applyGVisor(hc, l)
 	return cfg, hc, nil
 }

@@ -59,7 +59,7 @@ func testMain(m *testing.M) int {
 }
 
 func pingDaemon() error {
-	c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	c, err := client.New(client.FromEnv)
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func TestContainerIsolation(t *testing.T) {
 
 func TestReapForeignOwner(t *testing.T) {
 	needDocker(t)
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestContainerDiesMidExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Close(context.Background())
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestContainerDiesMidExec(t *testing.T) {
 // kill -9), one whose owner still runs is kept.
 func TestReapByOwnerLiveness(t *testing.T) {
 	needDocker(t)
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestGarbageAgentKilled(t *testing.T) {
 		t.Fatal("exec against a garbage-speaking agent succeeded")
 	}
 	t.Logf("exec: %v", err)
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,11 @@
 // A sandbox is one container: read-only root, fresh /tmp and /dev/shm,
 // the workspace bound at /workspace (or not at all), no capabilities,
 // no_new_privs, the seccomp profile and masked paths the spec's isolation
-// carries (policy.Compile decides them; seccomp.go), uid 65534, no network (NetworkEgress: still none, plus the agent's proxy
-// address forwarded to a per-sandbox egress socket, see egress.go), cgroup
-// limits. The agent binary is bind-mounted read-only from the host and
+// carries (policy.Compile decides them; seccomp.go), uid 65534, no network
+// (NetworkEgress: still none, plus the agent's proxy address forwarded to
+// a per-sandbox egress socket, see egress.go), cgroup limits. The agent binary is bind-mounted read-only from the host and
 // talks to sandboxd over a unix socket in a per-sandbox host directory
-// (StateDir/<id>, mounted at /run/sandboxd).
+// (StateDir/<instance>/<id>, mounted at /run/sandboxd).
 //
 // Lifecycle: New probes the daemon, reaps containers left by earlier
 // processes and starts the reconcile loop; Create returns a started
@@ -22,7 +22,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -50,6 +53,44 @@ type Runner struct {
 	// inside the Sentry, invisible on the host: the host pids in the
 	// container's cgroup are runsc's own (sandbox, gofer, stubs).
 	gvisor bool
+	// tenantRoot is the cgroup mount holding the CPU weights of tenants'
+	// parent groups ("": the daemon's cgroups are not this host's
+	// cgroupfs, SandboxSpec.Tenant is ignored); tenantV2 its version.
+	tenantRoot string
+	tenantV2   bool
+	tmu        sync.Mutex
+	tenants    map[string]int // tenant groups made, with their weight
+}
+
+// tenantParent makes the tenant's parent cgroup with its CPU weight (once
+// per tenant and weight) and returns it as --cgroup-parent; "" when
+// tenant groups are off.
+func (r *Runner) tenantParent(tenant string, weight int) (string, error) {
+	if tenant == "" || r.tenantRoot == "" {
+		return "", nil
+	}
+	rel := filepath.Join(r.cfg.CgroupParent, runner.TenantCgroup(tenant))
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	if w, ok := r.tenants[tenant]; !ok || w != weight {
+		if err := hostside.SetTenantCPU(r.tenantRoot, filepath.Join(r.tenantRoot, rel), r.tenantV2, weight); err != nil {
+			return "", err
+		}
+		if r.tenants == nil {
+			r.tenants = map[string]int{}
+		}
+		r.tenants[tenant] = weight
+	}
+	return "/" + rel, nil
+}
+
+// TenantCgroupDir is the directory holding the tenant's CPU weight, ""
+// when tenant groups are off (tests).
+func (r *Runner) TenantCgroupDir(tenant string) (dir string, v2 bool) {
+	if r.tenantRoot == "" {
+		return "", false
+	}
+	return filepath.Join(r.tenantRoot, r.cfg.CgroupParent, runner.TenantCgroup(tenant)), r.tenantV2
 }
 
 // New connects to the Docker daemon, checks it, removes orphaned sandboxes
@@ -59,7 +100,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	api, err := client.New(client.FromEnv, client.WithHost(cfg.Host), client.WithAPIVersionNegotiation())
+	// The client negotiates the API version with the daemon at its first
+	// request (down to this host's dockerd 20.10, API 1.41), unless
+	// DOCKER_API_VERSION fixes one.
+	api, err := client.New(client.FromEnv, client.WithHost(cfg.Host))
 	if err != nil {
 		return nil, fmt.Errorf("docker: client for %q: %w", cfg.Host, err)
 	}
@@ -111,6 +155,18 @@ func (r *Runner) probe(ctx context.Context) error {
 	if !r.caps.Cgroups {
 		r.cfg.Logger.Warn("docker runner: daemon lacks memory, pids or CPU limits; sandboxes cannot be created")
 	}
+	// Tenants' parent cgroups: written by sandboxd where the daemon's
+	// cgroupfs is this host's.
+	switch {
+	case info.CgroupDriver != "cgroupfs":
+		r.cfg.Logger.Info("docker runner: no tenant CPU groups (the daemon's cgroup driver is not cgroupfs)", "driver", info.CgroupDriver)
+	case info.CgroupVersion == "2" && fileExists("/sys/fs/cgroup/cgroup.controllers"):
+		r.tenantRoot, r.tenantV2 = "/sys/fs/cgroup", true
+	case info.CgroupVersion != "2" && fileExists("/sys/fs/cgroup/cpu/cpu.shares"):
+		r.tenantRoot = "/sys/fs/cgroup/cpu"
+	default:
+		r.cfg.Logger.Info("docker runner: no tenant CPU groups (the daemon's cgroups are not under this host's /sys/fs/cgroup)")
+	}
 	if r.cfg.Runtime != "" {
 		rt, ok := info.Runtimes[r.cfg.Runtime]
 		if !ok {
@@ -149,6 +205,11 @@ func (r *Runner) Close(ctx context.Context) error { return r.host.Close(ctx, r.a
 // not answer in time is runner.ErrUnavailable.
 func (r *Runner) wrap(op string, err error) error {
 	return hostside.Wrap("docker", r.cfg.Host, op, err, unavailable)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func unavailable(err error) bool {

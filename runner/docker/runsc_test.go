@@ -36,7 +36,7 @@ func runscMissing() string {
 	if skipReason != "" {
 		return skipReason
 	}
-	c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	c, err := client.New(client.FromEnv)
 	if err != nil {
 		return err.Error()
 	}

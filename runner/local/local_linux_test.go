@@ -52,6 +52,10 @@ func testMain(m *testing.M) int {
 	// groups too (rmdir fails harmlessly if anything is left in them).
 	if h, err := detectCgroups(); err == nil {
 		for _, d := range h.group(testCgroupParent()).dirs() {
+			tenants, _ := filepath.Glob(filepath.Join(d, "tenant-*"))
+			for _, tg := range tenants {
+				_ = os.Remove(tg)
+			}
 			_ = os.Remove(d)
 		}
 	}

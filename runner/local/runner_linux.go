@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/cgroups/v3/cgroup1"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 
 	"github.com/sandboxd/sandboxd/runner"
@@ -34,6 +35,9 @@ type Runner struct {
 
 	mu   sync.Mutex
 	live map[string]*Sandbox
+
+	tmu     sync.Mutex
+	tenants map[string]int // tenant cgroups made, with the weight set
 }
 
 // New probes the host and returns a runner. It fails only on bad
@@ -54,6 +58,42 @@ func New(cfg Config) (*Runner, error) {
 	r := &Runner{cfg: cfg, live: map[string]*Sandbox{}}
 	r.probe()
 	return r, nil
+}
+
+// tenantGroup makes the tenant's parent cgroup under CgroupParent with its
+// CPU weight (once per tenant and weight) and returns its path.
+func (r *Runner) tenantGroup(tenant string, weight int) (string, error) {
+	rel := filepath.Join(r.cfg.CgroupParent, runner.TenantCgroup(tenant))
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	if w, ok := r.tenants[tenant]; ok && w == weight {
+		return rel, nil
+	}
+	root := r.cg.root2
+	if !r.cg.v2 {
+		root = r.cg.v1[cgroup1.Cpu]
+	}
+	if err := hostside.SetTenantCPU(root, filepath.Join(root, rel), r.cg.v2, weight); err != nil {
+		return "", err
+	}
+	if r.tenants == nil {
+		r.tenants = map[string]int{}
+	}
+	r.tenants[tenant] = weight
+	return rel, nil
+}
+
+// TenantGroupDirs are the directories of a tenant's parent cgroup that
+// hold its CPU weight (tests).
+func (r *Runner) TenantGroupDirs(tenant string) (cpu string, v2 bool) {
+	if r.cg == nil {
+		return "", false
+	}
+	root := r.cg.root2
+	if !r.cg.v2 {
+		root = r.cg.v1[cgroup1.Cpu]
+	}
+	return filepath.Join(root, r.cfg.CgroupParent, runner.TenantCgroup(tenant)), r.cg.v2
 }
 
 func (r *Runner) probe() {
@@ -197,6 +237,14 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	own := owner{PID: os.Getpid(), Start: procStart(os.Getpid()), Cgroup: filepath.Join(r.cfg.CgroupParent, spec.ID)}
+	if r.cg != nil && spec.Tenant != "" {
+		// Under the tenant's group, whose weight shares the CPU by tenant.
+		tg, err := r.tenantGroup(spec.Tenant, spec.TenantWeight)
+		if err != nil {
+			return nil, fmt.Errorf("create sandbox: %w", err)
+		}
+		own.Cgroup = filepath.Join(tg, spec.ID)
+	}
 	if iso.Workspace == runner.WorkspaceReadWrite {
 		fi, err := os.Stat(spec.Workspace)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -193,12 +194,23 @@ func (s *Sandbox) Close(ctx context.Context) error {
 func (r *Runner) Leftovers(id string) []string {
 	var out []string
 	if r.cg != nil {
-		g := r.cg.group(filepath.Join(r.cfg.CgroupParent, id))
-		for _, pid := range g.procs() {
-			out = append(out, fmt.Sprintf("process %d in cgroup", pid))
+		rels := []string{filepath.Join(r.cfg.CgroupParent, id)}
+		for _, d := range r.cg.group(r.cfg.CgroupParent).dirs() { // under a tenant's group
+			m, _ := filepath.Glob(filepath.Join(d, "tenant-*", id))
+			for _, p := range m {
+				if rel := filepath.Join(r.cfg.CgroupParent, filepath.Base(filepath.Dir(p)), id); !slices.Contains(rels, rel) {
+					rels = append(rels, rel)
+				}
+			}
 		}
-		for _, d := range g.exists() {
-			out = append(out, "cgroup "+d)
+		for _, rel := range rels {
+			g := r.cg.group(rel)
+			for _, pid := range g.procs() {
+				out = append(out, fmt.Sprintf("process %d in cgroup", pid))
+			}
+			for _, d := range g.exists() {
+				out = append(out, "cgroup "+d)
+			}
 		}
 	}
 	if d := filepath.Join(r.cfg.StateDir, id); pathExists(d) {

@@ -86,13 +86,6 @@ func binaryFloats(a, b value) (float64, float64, error) {
 	return x, y, nil
 }
 
-func (v value) isZero() bool {
-	if v.isInt() {
-		return v.i.Sign() == 0
-	}
-	return v.f == 0
-}
-
 func arith(op string, a, b value) (value, error) {
 	if a.isInt() && b.isInt() {
 		return intArith(op, a.i, b.i)

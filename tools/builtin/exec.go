@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/tools"
@@ -28,12 +29,28 @@ const maxArgBytes = 128<<10 - 1
 // Start-up cost matters (a call is often just print(1)): the wrapper parses
 // with the built-in compile() and the C module _ast rather than importing
 // ast (~9 ms), and imports traceback and linecache only when it must print a
-// traceback.
-const pythonWrapper = `import _ast, os, sys
+// traceback. The interpreter starts without site (-S); the wrapper sets
+// the builtins site would (exit, quit, help ...) and puts the site
+// directories (the image's numpy, pandas, matplotlib) on sys.path at the
+// first import the standard library does not satisfy, so a cell sees the
+// same modules as in a session's interpreter (which starts with site)
+// and one that imports none does not pay for reading every .pth file.
+const pythonWrapper = `import _ast, os, sys, site
+class _Site:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if path is not None:
+            return None
+        sys.meta_path.remove(cls)
+        site.main()
+        import importlib.machinery
+        return importlib.machinery.PathFinder.find_spec(name)
 def _run():
     src = sys.stdin.buffer.read().decode("utf-8", "replace")
     sys.stdin = open(os.devnull)
     sys.path.insert(0, os.getcwd())
+    site.setquit(); site.setcopyright(); site.sethelper()
+    sys.meta_path.append(_Site)
     g = {"__name__": "__main__", "__builtins__": __builtins__}
     def tb(e, frames):
         import linecache, traceback
@@ -116,15 +133,47 @@ func objectSchema(props map[string]any, required ...string) json.RawMessage {
 	return mustSchema(s)
 }
 
+// pythonDescribe is python_repl's description where its calls run (see
+// tools.Where); its zero Where gives the description true everywhere.
+func pythonDescribe(w tools.Where) string {
+	var b strings.Builder
+	b.WriteString("Run Python 3 code in the job's sandbox, with /workspace as the working directory. " +
+		"All statements run; if the last statement is an expression its repr() is printed (unless None), as in a notebook. " +
+		"An uncaught exception fails the call: its traceback is in the output (after [stderr]) and the error names the exception. ")
+	if w.Session {
+		b.WriteString("This session keeps one interpreter: variables, functions and imports of earlier calls persist, " +
+			"and so do files under /workspace; open matplotlib figures come back as PNG images (to the program, not to you). ")
+	} else if w.OneShot {
+		b.WriteString("Each call starts a fresh interpreter in a fresh sandbox: nothing, not even files under /workspace, " +
+			"persists from an earlier call (do everything a step needs in one call, or ask for a session). ")
+	} else {
+		b.WriteString("In a session, calls share one interpreter: variables, imports and files persist between calls, " +
+			"and open matplotlib figures come back as PNG images; outside a session each call starts a fresh interpreter " +
+			"in a fresh sandbox, and nothing persists. ")
+	}
+	switch f := w.Image; {
+	case f == nil:
+		b.WriteString("Only the standard library is guaranteed to be present.")
+	case f.Python == "":
+		b.WriteString("Python could not be found in this sandbox's image.")
+	default:
+		fmt.Fprintf(&b, "Python %s with the standard library", f.Python)
+		if pk := f.PackageList(); pk != "" {
+			b.WriteString(" and " + pk)
+		}
+		b.WriteString(".")
+		if len(f.Missing) > 0 {
+			b.WriteString(" Not installed: " + strings.Join(f.Missing, ", ") + ".")
+		}
+	}
+	return b.String()
+}
+
 func pythonTool(o Options) *tools.Tool {
 	return &tools.Tool{
-		Name: "python_repl",
-		Description: "Run Python 3 code in the job's sandbox, with /workspace as the working directory. " +
-			"All statements run; if the last statement is an expression its repr() is printed (unless None), as in a notebook. " +
-			"Exceptions print a traceback to stderr and exit with status 1. In a session, calls share one interpreter: " +
-			"variables, imports and files persist between calls, and open matplotlib figures come back as PNG images; " +
-			"outside a session each call starts a fresh interpreter (keep state in files under /workspace). " +
-			"Only the standard library is guaranteed to be present.",
+		Name:        "python_repl",
+		Description: pythonDescribe(tools.Where{}),
+		Describe:    pythonDescribe,
 		InputSchema: objectSchema(map[string]any{
 			"code": map[string]any{
 				"type":        "string",
@@ -149,6 +198,7 @@ func pythonTool(o Options) *tools.Tool {
 				Env:     sandboxEnv(),
 				Dir:     o.WorkDir,
 				Timeout: execTimeout(args),
+				Decode:  decodePython,
 			}, nil
 		},
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 func TestPythonCommand(t *testing.T) {
@@ -81,18 +83,25 @@ func TestPythonWrapper(t *testing.T) {
 		name, code     string
 		stdout, stderr string // substrings; stdout "" means empty
 		exit           int
+		err            string // the result's error (decodePython)
 	}{
-		{"last expression printed", "x = 2\nx * 21", "42\n", "", 0},
-		{"repr of strings", "'a' + 'b'", "'ab'\n", "", 0},
-		{"None not printed", "print('p')\nNone", "p\n", "", 0},
-		{"statement last", "y = 3", "", "", 0},
-		{"multi-line last expr", "def f(a):\n    return a + 1\nf(\n  1\n)", "2\n", "", 0},
-		{"exception", "1/0", "", "ZeroDivisionError", 1},
-		{"traceback shows cell line", "def f():\n    raise ValueError('boom')\nf()", "", "raise ValueError('boom')", 1},
-		{"syntax error", "def (:", "", "SyntaxError", 1},
-		{"sys.exit keeps status", "import sys\nsys.exit(3)", "", "", 3},
-		{"stdin is empty", "import sys\nsys.stdin.read()", "''\n", "", 0},
-		{"unicode", "'héllo ✓'", "'héllo ✓'\n", "", 0},
+		{"last expression printed", "x = 2\nx * 21", "42\n", "", 0, ""},
+		{"repr of strings", "'a' + 'b'", "'ab'\n", "", 0, ""},
+		{"None not printed", "print('p')\nNone", "p\n", "", 0, ""},
+		{"statement last", "y = 3", "", "", 0, ""},
+		{"multi-line last expr", "def f(a):\n    return a + 1\nf(\n  1\n)", "2\n", "", 0, ""},
+		{"exception", "1/0", "", "ZeroDivisionError", 1, "the code raised ZeroDivisionError: division by zero"},
+		{"traceback shows cell line", "def f():\n    raise ValueError('boom')\nf()", "", "raise ValueError('boom')", 1, "the code raised ValueError: boom"},
+		{"syntax error", "def (:", "", "SyntaxError", 1, "the code raised SyntaxError: invalid syntax"},
+		{"sys.exit keeps status", "import sys\nsys.exit(3)", "", "", 3, "process exited with code 3"},
+		{"sys.exit with a message", "import sys\nsys.exit('bad input')", "", "bad input", 1, "process exited with code 1"},
+		{"exit builtin as with site", "print(1)\nexit(4)", "1\n", "", 4, "process exited with code 4"},
+		{"multi-line exception message", "raise ValueError('a\\nb')", "", "ValueError: a\nb", 1, "the code raised ValueError: a"},
+		{"missing module", "import no_such_module_xyz", "", "ModuleNotFoundError", 1, "the code raised ModuleNotFoundError: No module named 'no_such_module_xyz'"},
+		{"site directories after a non-stdlib import", "import site, sys\ntry:\n    import no_such_module_xyz\nexcept ImportError:\n    pass\nall(d in sys.path for d in site.getsitepackages() if __import__('os').path.isdir(d))", "True\n", "", 0, ""},
+		{"no site directories before", "import site, sys\nany(d in sys.path for d in site.getsitepackages())", "False\n", "", 0, ""},
+		{"stdin is empty", "import sys\nsys.stdin.read()", "''\n", "", 0, ""},
+		{"unicode", "'héllo ✓'", "'héllo ✓'\n", "", 0, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,6 +128,10 @@ func TestPythonWrapper(t *testing.T) {
 			}
 			if !strings.Contains(errb.String(), tc.stderr) {
 				t.Errorf("stderr %q, want it to contain %q", errb.String(), tc.stderr)
+			}
+			res := decodePython(tools.FromProcess(tools.ProcessInfo{ExitCode: code, Stdout: out.String(), Stderr: errb.String()}, nil, time.Second))
+			if res.Error != tc.err || res.OK != (tc.exit == 0) {
+				t.Errorf("result ok=%v error %q, want %q", res.OK, res.Error, tc.err)
 			}
 			if strings.Contains(errb.String(), "_run()") {
 				t.Errorf("traceback shows the wrapper: %s", errb.String())

@@ -1,7 +1,27 @@
-// Package hostside holds what the container runners (runner/docker,
-// runner/containerd) share on the host side: the owner label that tells a
-// dead owner from a live one, the workspace chown and its restoration, and
-// the reading of a sandbox's cgroup.
+// Package hostside holds the host side every runner backend shares, so
+// that what is the same is written once and what differs stays visibly in
+// each backend:
+//
+//   - the agent model: the agent's command line, capabilities and uid,
+//     from package policy, and its state dir closed to the code
+//     (agentmodel.go); dialling its socket (agent.go);
+//   - Exec through the agent: the request built from a runner.Process, the
+//     result with the cgroup's usage and OOM verdict (exec.go), the
+//     per-sandbox egress socket (egress.go), the cgroup reading and the
+//     killing of strays (cgroup_linux.go), the workspace chown and its
+//     restoration (workspace_linux.go);
+//   - limits: their check and their completion from the built-in defaults
+//     (limits.go); sandbox IDs, the spec's check and the runner config's
+//     completion (spec.go);
+//   - for the container runners (runner/docker, runner/containerd): the
+//     instance with its owner record and labels that tell a dead owner from
+//     a live one, the state root shared by instances (statedir.go),
+//     reserve, reap, reconcile, Close and a sandbox's Close, the daemon
+//     call timeouts and error wrapping (instance.go, owner_linux.go), image
+//     names (image.go).
+//
+// The local runner (runner/local) uses the agent model, Exec, egress and
+// cgroup parts.
 package hostside
 
 import (
