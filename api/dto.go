@@ -38,6 +38,8 @@ type jobView struct {
 	Metadata map[string]string `json:"metadata"`
 	// Cached: answered from the result cache (nothing ran, no budget).
 	Cached bool `json:"cached,omitempty"`
+	// Hooks are the tool hooks' requests and outcomes.
+	Hooks []job.HookRecord `json:"hooks,omitempty"`
 }
 
 func viewJob(j *job.Job) *jobView {
@@ -55,6 +57,7 @@ func viewJob(j *job.Job) *jobView {
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 		Guard: viewGuard(j.Guard), Egress: j.Egress, Callback: j.Callback,
 		Tags: tagsView(j.Tags), Metadata: metadataView(j.Metadata), Cached: j.Cached,
+		Hooks: j.Hooks,
 	}
 }
 

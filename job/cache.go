@@ -59,8 +59,8 @@ func mutates(t *tools.Tool) bool {
 
 // cacheKey is the key of a call, "" when it is not cacheable here.
 func (s *Service) cacheKey(tenant, session string, t *tools.Tool, args map[string]any) string {
-	if s.cache == nil || !cacheable(t) {
-		return ""
+	if s.cache == nil || !cacheable(t) || len(s.hooksFor(tenant, t.Name)) > 0 {
+		return "" // a hooked call always asks its hooks
 	}
 	canon, err := json.Marshal(args)
 	if err != nil {

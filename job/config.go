@@ -132,6 +132,9 @@ type Config struct {
 	// Egress gives the sandboxes of tools with the http effect their only
 	// way out; nil: such sandboxes are refused (internal error).
 	Egress EgressProvider
+	// Hooks are the operator's tool hooks (hooks.go); a hook without its
+	// own secret signs with Callbacks.Secret.
+	Hooks []config.Hook
 	// Cache bounds the result cache of cacheable tools (cache.go); nil
 	// MaxEntries 0 disables it. Zero MaxResultBytes takes the default.
 	Cache config.ToolCache

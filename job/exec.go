@@ -85,7 +85,18 @@ func (s *Service) run(e *entry) {
 		}
 	}
 	bump()
-	a := s.executeWithRetries(ctx, e, j, started, log)
+	var a attempt
+	if refused := s.runBefore(ctx, e, j); refused != nil {
+		a.res = *refused
+		e.mu.Lock()
+		s.refund(j) // the call never ran
+		e.mu.Unlock()
+	} else {
+		a = s.executeWithRetries(ctx, e, j, started, log)
+		if a.err == nil && ctx.Err() == nil {
+			s.runAfter(ctx, e, j, &a.res)
+		}
+	}
 	bump()
 	// Not running any more: lowered before waiters wake, so a client that
 	// saw the job finish never sees it still in flight.

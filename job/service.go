@@ -50,6 +50,8 @@ type Service struct {
 	// cache answers identical calls of cacheable tools (cache.go); nil:
 	// no cache.
 	cache *resultCache
+	// toolHooks are the operator's tool hooks (hooks.go).
+	toolHooks []*hook
 	// images are the images each tenant's sessions may name.
 	images *imagePolicy
 	// imageFacts caches what each image holds (ImageFacts).
@@ -149,6 +151,7 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 	s := &Service{
 		cfg: cfg, st: st, reg: reg, r: r, log: cfg.Logger, m: cfg.Metrics,
 		cache:     newResultCache(cfg.Cache.MaxEntries, cfg.Cache.MaxResultBytes),
+		toolHooks: newHooks(cfg.Hooks, cfg.Callbacks.Secret, cfg.Protected, cfg.CallbackLookup),
 		slots:     make(chan struct{}, cfg.Queue.Size),
 		sched:     newScheduler(cfg.Queue.TenantCap(cfg.Tenants), cfg.Shares),
 		entries:   make(map[string]*entry),
@@ -533,6 +536,7 @@ func cloneJob(j *Job) *Job {
 		c.Guard = &g
 	}
 	c.Egress = slices.Clone(j.Egress)
+	c.Hooks = slices.Clone(j.Hooks)
 	c.Callback = cloneCallback(j.Callback)
 	c.Tags = slices.Clone(j.Tags)
 	c.Metadata = maps.Clone(j.Metadata)

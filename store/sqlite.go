@@ -101,11 +101,11 @@ func Open(path string) (*SQLite, error) {
 		stmt string
 	}{
 		{s.w, &s.insert, `INSERT INTO jobs (` + jobColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{s.w, &s.update, `UPDATE jobs SET
 		tool = ?, call_id = ?, args = ?, idempotency_key = ?, runner = ?, limits = ?,
 		state = ?, reason = ?, result = ?, attempts = ?, started_at = ?, finished_at = ?,
-		guard = ?, egress = ?, callback = ?, tags = ?, metadata = ?, cached = ?
+		guard = ?, egress = ?, callback = ?, tags = ?, metadata = ?, cached = ?, hooks = ?
 		WHERE id = ?`},
 		{s.db, &s.get, `SELECT ` + jobColumns + ` FROM jobs WHERE id = ?`},
 	} {
@@ -189,7 +189,7 @@ func (s *SQLite) Close() error {
 
 const jobColumns = `id, tenant, tool, call_id, args, idempotency_key, runner, limits,
 	state, reason, result, attempts, created_at, started_at, finished_at, session_id,
-	guard, egress, callback, tags, metadata, cached`
+	guard, egress, callback, tags, metadata, cached, hooks`
 
 // Create implements job.Store.
 func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
@@ -200,7 +200,7 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 	_, err = s.insert.ExecContext(ctx,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached)
+		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks)
 	if isConstraint(err) {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -241,7 +241,7 @@ func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
 	res, err := s.update.ExecContext(ctx,
 		r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback,
-		r.tags, r.metadata, r.cached, r.id)
+		r.tags, r.metadata, r.cached, r.hooks, r.id)
 	if isConstraint(err) {
 		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -320,6 +320,7 @@ type row struct {
 	guard, egress, callback        sql.NullString
 	tags, metadata                 sql.NullString
 	cached                         bool
+	hooks                          sql.NullString
 }
 
 func toRow(j *job.Job) (row, error) {
@@ -373,6 +374,13 @@ func toRow(j *job.Job) (row, error) {
 	if r.tags, r.metadata, err = encodeLabels(j.Tags, j.Metadata); err != nil {
 		return row{}, err
 	}
+	if len(j.Hooks) > 0 {
+		b, err := json.Marshal(j.Hooks)
+		if err != nil {
+			return row{}, fmt.Errorf("encode hooks: %w", err)
+		}
+		r.hooks = sql.NullString{String: string(b), Valid: true}
+	}
 	if j.StartedAt != nil {
 		r.startedAt = sql.NullInt64{Int64: j.StartedAt.UnixNano(), Valid: true}
 	}
@@ -388,7 +396,7 @@ func scanJob(sc scanner) (*job.Job, error) {
 	var r row
 	err := sc.Scan(&r.id, &r.tenant, &r.tool, &r.callID, &r.args, &r.idemKey, &r.runner, &r.limits,
 		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt, &r.sessionID,
-		&r.guard, &r.egress, &r.callback, &r.tags, &r.metadata, &r.cached)
+		&r.guard, &r.egress, &r.callback, &r.tags, &r.metadata, &r.cached, &r.hooks)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, job.ErrNotFound
 	}
@@ -434,6 +442,11 @@ func scanJob(sc scanner) (*job.Job, error) {
 	}
 	if j.Tags, j.Metadata, err = decodeLabels(r.tags, r.metadata); err != nil {
 		return nil, fmt.Errorf("job %s: %w", r.id, err)
+	}
+	if r.hooks.Valid {
+		if err := json.Unmarshal([]byte(r.hooks.String), &j.Hooks); err != nil {
+			return nil, fmt.Errorf("decode hooks of job %s: %w", r.id, err)
+		}
 	}
 	if r.startedAt.Valid {
 		t := time.Unix(0, r.startedAt.Int64).UTC()

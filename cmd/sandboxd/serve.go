@@ -141,6 +141,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Turns:            cfg.Turns,
 		Labels:           cfg.Labels,
 		Cache:            cfg.Tools.Cache,
+		Hooks:            cfg.Hooks,
 	}, st, reg, r)
 	if err != nil {
 		return err
