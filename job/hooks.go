@@ -151,15 +151,29 @@ func (h *hook) post(ctx context.Context, u string, body []byte) (hookAnswer, int
 	if resp.StatusCode/100 != 2 {
 		return hookAnswer{}, resp.StatusCode, fmt.Errorf("the hook answered %s", resp.Status)
 	}
+	a, err := decodeHookAnswer(data)
+	return a, resp.StatusCode, err
+}
+
+// decodeHookAnswer reads a hook's answer (untrusted: FuzzDecodeHookAnswer):
+// one JSON object of the known fields, or an empty body.
+func decodeHookAnswer(data []byte) (hookAnswer, error) {
 	var a hookAnswer
-	if len(bytes.TrimSpace(data)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&a); err != nil {
-			return hookAnswer{}, resp.StatusCode, fmt.Errorf("the hook's answer is not a hook answer: %v", err)
-		}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return a, nil
 	}
-	return a, resp.StatusCode, nil
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return hookAnswer{}, fmt.Errorf("the hook's answer is not a hook answer: %v", err)
+	}
+	if dec.More() {
+		return hookAnswer{}, errors.New("the hook's answer has data after its JSON object")
+	}
+	if len(a.Arguments) > 0 && string(a.Arguments) != "null" && bytes.TrimSpace(a.Arguments)[0] != '{' {
+		return hookAnswer{}, errors.New("the hook's arguments are not a JSON object")
+	}
+	return a, nil
 }
 
 // runBefore asks the before hooks of e's call in order. It returns the
