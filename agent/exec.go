@@ -143,10 +143,11 @@ func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string,
 	}
 	killGroup := func() { syscall.Kill(-pid, syscall.SIGKILL) }
 	var timedOut bool
+	var killedAt time.Time
 	select {
 	case <-waitDone:
 	case <-timeout:
-		timedOut = true
+		timedOut, killedAt = true, time.Now()
 		killGroup()
 		<-waitDone
 	case <-ctx.Done():
@@ -166,7 +167,7 @@ func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string,
 		<-drained
 	}
 
-	res := ExecResult{TimedOut: timedOut, Duration: time.Since(start)}
+	res := ExecResult{TimedOut: timedOut, Duration: time.Since(start), KilledAt: killedAt}
 	res.Stdout, res.StdoutTruncated = streams[0].buf.Bytes()
 	res.Stderr, res.StderrTruncated = streams[1].buf.Bytes()
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)

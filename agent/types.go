@@ -36,6 +36,8 @@ type ExecResult struct {
 	StdoutTruncated bool          `json:"stdout_truncated,omitempty"`
 	StderrTruncated bool          `json:"stderr_truncated,omitempty"`
 	Duration        time.Duration `json:"duration"`
+	// KilledAt is when the agent sent the kill of a timed-out process.
+	KilledAt time.Time `json:"killed_at,omitempty"`
 }
 
 // REPLRequest runs one cell in the agent's persistent Python interpreter.

@@ -31,6 +31,8 @@ const (
 	CodeSessionClosed    = "session_closed"
 	CodeUnsupported      = "unsupported"
 	CodeWorkspaceFull    = "workspace_full"
+	CodeUnavailable      = "unavailable"
+	CodeDiskFull         = "disk_full"
 )
 
 // Error is an API error: an HTTP status and the JSON error body. Handlers
@@ -108,6 +110,11 @@ func (s *server) classify(err error) *Error {
 			retry = 1
 		}
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull, Message: "the job queue is full; retry later", RetryAfter: retry}
+	case errors.Is(err, job.ErrUnavailable):
+		// The runner's daemon is down: the message names it; retry.
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 5}
+	case errors.Is(err, job.ErrHostDiskFull):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeDiskFull, Message: err.Error(), RetryAfter: 30}
 	case errors.Is(err, job.ErrShutdown):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Message: "the service is shutting down", RetryAfter: 5}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

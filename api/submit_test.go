@@ -164,6 +164,10 @@ func TestSubmitErrors(t *testing.T) {
 		{name: "conflict", body: `{"tool":"echo"}`, status: 409, code: CodeConflict, handle: job.ErrConflict},
 		{name: "shutdown", body: `{"tool":"echo"}`, status: 503, code: CodeShuttingDown, handle: job.ErrShutdown},
 		{name: "internal", body: `{"tool":"echo"}`, status: 500, code: CodeInternal, handle: errors.New("disk on fire")},
+		{name: "runner down", body: `{"tool":"echo"}`, status: 503, code: CodeUnavailable, mention: "docker daemon at unix:///x.sock",
+			handle: fmt.Errorf("create session sandbox: %w: docker daemon at unix:///x.sock: connection refused", job.ErrUnavailable)},
+		{name: "disk full", body: `{"tool":"echo"}`, status: 503, code: CodeDiskFull, mention: "no space left on the host's disk",
+			handle: fmt.Errorf("create workspace: %w: write: no space left on device", job.ErrHostDiskFull)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -182,6 +186,10 @@ func TestSubmitErrors(t *testing.T) {
 			case 422:
 				if len(e.Details) != 1 || e.Details[0].Field != "/text" {
 					t.Fatalf("details %+v", e.Details)
+				}
+			case 503:
+				if rec.Header().Get("Retry-After") == "" {
+					t.Fatal("503 without Retry-After")
 				}
 			case 429:
 				if rec.Header().Get("Retry-After") != "7" {

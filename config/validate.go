@@ -132,6 +132,9 @@ func (c *Config) validate(bad func(string, ...any)) {
 		if t.Weight < 0 || t.Weight > MaxTenantWeight {
 			bad("tenants[%d] (%q): weight %d: want 1 to %d (0: %d)", i, t.Name, t.Weight, MaxTenantWeight, DefaultTenantWeight)
 		}
+		if t.MaxRunning < 0 {
+			bad("tenants[%d] (%q): max_running %d: must not be negative", i, t.Name, t.MaxRunning)
+		}
 		if t.Policy != nil {
 			if perr := t.Policy.Validate(); perr != nil {
 				bad("tenants[%d] (%q): %v", i, t.Name, perr)

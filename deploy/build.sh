@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Builds the images of deploy/docker-compose.yml offline, FROM local images
+# Builds the images of the repository's docker-compose.yml offline, FROM local images
 # only: sandboxd/sandboxd:local (static binaries built here, on top of
 # sandboxd/base:latest) and sandboxd/prometheus:local (Debian's prometheus
 # package on top of sandboxd/debian:bookworm; apt inside docker build
 # reaches the Debian mirror). Run scripts/docker-setup.sh and
 # scripts/build-images.sh first. Grafana is not built: see README.md.
+#
+# Env: SANDBOXD_COMPOSE_DATA, the data dir the compose file binds (default
+# /var/lib/sandboxd-compose), made a shared mount here.
 set -euo pipefail
 cd "$(dirname "$0")"
 export PATH="/usr/local/go/bin:$PATH"
 mkdir -p bin
-CGO_ENABLED=0 go build -trimpath -o bin/sandboxd ../cmd/sandboxd
-CGO_ENABLED=0 go build -trimpath -o bin/sandbox-agent ../cmd/sandbox-agent
+CGO_ENABLED=0 go build -o bin/sandboxd ../cmd/sandboxd
+CGO_ENABLED=0 go build -o bin/sandbox-agent ../cmd/sandbox-agent
 for img in sandboxd/base:latest sandboxd/debian:bookworm; do
 	docker image inspect "$img" >/dev/null 2>&1 || { echo "build.sh: $img missing: run scripts/build-images.sh" >&2; exit 1; }
 done
@@ -18,7 +21,7 @@ docker build -t sandboxd/sandboxd:local -f Dockerfile .
 # sandboxd mounts every workspace under its data dir inside its container;
 # docker-compose.yml binds that dir rshared so that the mounts reach the
 # host's dockerd, which needs the host path on a shared mount.
-data=/var/lib/sandboxd-compose
+data=${SANDBOXD_COMPOSE_DATA:-/var/lib/sandboxd-compose}
 mkdir -p "$data"
 if ! findmnt -n -o PROPAGATION --target "$data" | grep -q shared; then
 	mount --bind "$data" "$data"

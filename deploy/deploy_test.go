@@ -1,12 +1,15 @@
-// Package deploy holds the Docker Compose deployment of sandboxd with
-// Prometheus and Grafana (see README.md). Its tests check that the files
-// agree with each other and with the metrics sandboxd exports.
+// Package deploy holds the files of the Docker Compose deployment of
+// sandboxd with Prometheus and Grafana (the repository's docker-compose.yml;
+// see README.md). Its tests check that the files agree with each other and
+// with the metrics sandboxd exports, and that Debian's docker-compose (1.29)
+// takes the compose file.
 package deploy
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -22,10 +25,14 @@ type compose struct {
 }
 
 type composeService struct {
-	Image      string `yaml:"image"`
-	PID        string `yaml:"pid"`
-	Privileged bool   `yaml:"privileged"`
-	Build      *struct {
+	Image             string   `yaml:"image"`
+	Profiles          []string `yaml:"profiles"`
+	PID               string   `yaml:"pid"`
+	Privileged        bool     `yaml:"privileged"`
+	CapAdd            []string `yaml:"cap_add"`
+	Devices           []string `yaml:"devices"`
+	DeviceCgroupRules []string `yaml:"device_cgroup_rules"`
+	Build             *struct {
 		Context    string `yaml:"context"`
 		Dockerfile string `yaml:"dockerfile"`
 	} `yaml:"build"`
@@ -36,18 +43,53 @@ type composeService struct {
 	DependsOn   []string          `yaml:"depends_on"`
 }
 
+// composeFile is the compose file, at the repository's root; its relative
+// paths are relative to that directory.
+const composeFile = "../docker-compose.yml"
+
+// composeVar is an interpolation: ${NAME}, ${NAME:-default} or
+// ${NAME:?message}.
+var composeVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-?])([^}]*))?\}`)
+
+// interpolate gives every variable its default, as with an empty
+// environment; a required one (:?) becomes "<required NAME>" and a plain
+// one is an error: every setting the file takes from the environment has
+// a default or says it is required.
+func interpolate(t *testing.T, data string) string {
+	t.Helper()
+	return composeVar.ReplaceAllStringFunc(data, func(m string) string {
+		g := composeVar.FindStringSubmatch(m)
+		switch g[2] {
+		case "-":
+			return g[3]
+		case "?":
+			return "<required " + g[1] + ">"
+		}
+		t.Errorf("%s: %s has neither a default nor :? (required)", composeFile, m)
+		return ""
+	})
+}
+
 func loadCompose(t *testing.T) compose {
 	t.Helper()
-	data, err := os.ReadFile("docker-compose.yml")
+	data, err := os.ReadFile(composeFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var c compose
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
-	if err := dec.Decode(&c); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
+	if err := yaml.Unmarshal([]byte(interpolate(t, string(data))), &c); err != nil {
+		t.Fatalf("%s: %v", composeFile, err)
 	}
 	return c
+}
+
+// fromRoot makes a path of the compose file (relative to the repository's
+// root) one the tests can open from this directory.
+func fromRoot(p string) string {
+	if strings.HasPrefix(p, "./") {
+		return filepath.Join("..", p)
+	}
+	return p
 }
 
 // volume is one short-syntax volume: SOURCE:TARGET[:MODE].
@@ -59,7 +101,7 @@ func parseVolume(t *testing.T, s string) volume {
 	if len(parts) < 2 || len(parts) > 3 {
 		t.Fatalf("volume %q: want SOURCE:TARGET[:MODE]", s)
 	}
-	v := volume{source: parts[0], target: parts[1]}
+	v := volume{source: fromRoot(parts[0]), target: parts[1]}
 	if len(parts) == 3 {
 		v.mode = parts[2]
 	}
@@ -90,9 +132,9 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s: neither image nor build", name)
 		}
 		if svc.Build != nil {
-			df := filepath.Join(svc.Build.Context, svc.Build.Dockerfile)
+			df := filepath.Join(fromRoot(svc.Build.Context), svc.Build.Dockerfile)
 			if svc.Build.Dockerfile == "" {
-				df = filepath.Join(svc.Build.Context, "Dockerfile")
+				df = filepath.Join(fromRoot(svc.Build.Context), "Dockerfile")
 			}
 			checkDockerfile(t, name, df)
 		}
@@ -102,7 +144,7 @@ func TestComposeFile(t *testing.T) {
 				t.Errorf("%s: volume %q: target is not absolute", name, s)
 			}
 			switch {
-			case strings.HasPrefix(v.source, "./"):
+			case strings.HasPrefix(v.source, "../"):
 				if _, err := os.Stat(v.source); err != nil {
 					t.Errorf("%s: volume %q: %v", name, s, err)
 				}
@@ -133,6 +175,21 @@ func TestComposeFile(t *testing.T) {
 			}
 		}
 	}
+	// A plain `docker-compose up` starts sandboxd and Prometheus, whose
+	// images deploy/build.sh builds here; Grafana's image cannot be
+	// fetched here, so it is in a profile of its own.
+	for name, svc := range c.Services {
+		want := []string(nil)
+		if name == "grafana" {
+			want = []string{"grafana"}
+		}
+		if !slices.Equal(svc.Profiles, want) {
+			t.Errorf("%s: profiles %v, want %v", name, svc.Profiles, want)
+		}
+		if name != "grafana" && (svc.Build == nil || !strings.HasSuffix(svc.Image, ":local")) {
+			t.Errorf("%s: image %q is not built here (build: and a :local tag)", name, svc.Image)
+		}
+	}
 	for v := range c.Volumes {
 		used := false
 		for _, svc := range c.Services {
@@ -159,8 +216,15 @@ func TestComposeFile(t *testing.T) {
 	if v, ok := mountOf(t, sd, data); !ok || v.source != data || v.mode != "rshared" {
 		t.Errorf("sandboxd: data dir %q must be bind-mounted at the same host path, rshared (its workspace mounts must reach dockerd), got %+v", data, v)
 	}
-	if !sd.Privileged {
-		t.Error("sandboxd: not privileged: it cannot make workspace filesystems (loop devices, mount)")
+	// It makes workspace filesystems (loop devices, mount) without being
+	// privileged, which fails on a host whose bounding set lacks a
+	// capability.
+	if sd.Privileged {
+		t.Error("sandboxd: privileged (all capabilities: fails where the host lacks one); add what it needs instead")
+	}
+	if !slices.Contains(sd.CapAdd, "SYS_ADMIN") || !slices.Contains(sd.Devices, "/dev/loop-control:/dev/loop-control") ||
+		!slices.Contains(sd.DeviceCgroupRules, "b 7:* rwm") {
+		t.Errorf("sandboxd cannot make workspace filesystems: cap_add %v, devices %v, device_cgroup_rules %v", sd.CapAdd, sd.Devices, sd.DeviceCgroupRules)
 	}
 	for _, k := range []string{"SANDBOXD_AGENT_PATH", "TMPDIR"} {
 		if !strings.HasPrefix(sd.Environment[k], data+"/") {
@@ -354,5 +418,87 @@ func readYAML(t *testing.T, path string, v any) {
 	t.Helper()
 	if err := yaml.Unmarshal([]byte(readFile(t, path)), v); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// Debian's docker-compose (1.29, the one scripts/setup.sh installs) takes
+// the file: it has neither a top-level name: nor anything else newer than
+// it knows, and the required API keys are refused when missing.
+func TestDockerComposeConfig(t *testing.T) {
+	t.Parallel()
+	dc, err := exec.LookPath("docker-compose")
+	if err != nil {
+		if os.Getenv("SANDBOXD_REQUIRE_TOOLS") != "" {
+			t.Fatal("docker-compose not installed (scripts/setup.sh installs it)")
+		}
+		t.Skip("docker-compose not installed (scripts/setup.sh installs it; set SANDBOXD_REQUIRE_TOOLS=1 to fail instead)")
+	}
+	run := func(env ...string) (string, error) {
+		return composeConfig(dc, []string{composeFile}, env...)
+	}
+	out, err := run("SANDBOXD_API_KEYS=key-example:example")
+	if err != nil {
+		t.Fatalf("docker-compose config: %v\n%s", err, out)
+	}
+	var c struct { // its normal form (depends_on is a map there)
+		Services map[string]struct {
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &c); err != nil {
+		t.Fatalf("docker-compose config printed: %v\n%s", err, out)
+	}
+	for _, name := range []string{"sandboxd", "prometheus", "grafana"} {
+		if _, ok := c.Services[name]; !ok {
+			t.Errorf("docker-compose config: no service %q", name)
+		}
+	}
+	if got := c.Services["sandboxd"].Environment["SANDBOXD_API_KEYS"]; got != "key-example:example" {
+		t.Errorf("SANDBOXD_API_KEYS = %q", got)
+	}
+	if out, err := run("SANDBOXD_API_KEYS="); err == nil || !strings.Contains(out, "SANDBOXD_API_KEYS") {
+		t.Errorf("docker-compose config without API keys: %v\n%s", err, out)
+	}
+}
+
+// composeConfig runs docker-compose config on files (relative to this directory)
+// in the repository's root.
+func composeConfig(dc string, files []string, env ...string) (string, error) {
+	args := []string{"--project-directory", ".."}
+	for _, f := range files {
+		args = append(args, "-f", f)
+	}
+	cmd := exec.Command(dc, append(args, "config")...)
+	cmd.Env = append(os.Environ(), "COMPOSE_PROJECT_NAME=sandboxd-config-test")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// The variants beside docker-compose.yml are overrides of it that
+// docker-compose takes with it.
+func TestComposeVariants(t *testing.T) {
+	t.Parallel()
+	dc, err := exec.LookPath("docker-compose")
+	if err != nil {
+		if os.Getenv("SANDBOXD_REQUIRE_TOOLS") != "" {
+			t.Fatal("docker-compose not installed (scripts/setup.sh installs it)")
+		}
+		t.Skip("docker-compose not installed (scripts/setup.sh installs it; set SANDBOXD_REQUIRE_TOOLS=1 to fail instead)")
+	}
+	variants, err := filepath.Glob("../docker-compose.*.yml")
+	if err != nil || len(variants) == 0 {
+		t.Fatalf("no variants beside docker-compose.yml: %v", err)
+	}
+	want := map[string]string{"../docker-compose.gvisor.yml": "--runtime\n    - runsc"}
+	for _, v := range variants {
+		out, err := composeConfig(dc, []string{composeFile, v}, "SANDBOXD_API_KEYS=key-example:example")
+		if err != nil {
+			t.Errorf("docker-compose config with %s: %v\n%s", v, err, out)
+			continue
+		}
+		if w, ok := want[v]; ok && !strings.Contains(out, w) {
+			t.Errorf("%s: the merged file lacks %q:\n%s", v, w, out)
+		}
 	}
 }

@@ -3,6 +3,9 @@ package job
 import (
 	"errors"
 	"fmt"
+	"syscall"
+
+	"github.com/sandboxd/sandboxd/runner"
 )
 
 // Every error the job service defines. The exported ones are what callers
@@ -38,7 +41,41 @@ var (
 	ErrUnsupported = errors.New("not supported")
 	// ErrTooLarge: an upload exceeds the configured size.
 	ErrTooLarge = errors.New("too large")
+	// ErrUnavailable: the runner's daemon (dockerd, containerd) cannot be
+	// reached; the wrapping message names it (503 with Retry-After; a job
+	// failing for it has reason unavailable).
+	ErrUnavailable = errors.New("the sandbox runner is unavailable")
+	// ErrHostDiskFull: the host's disk under the data dir is full (not a
+	// session's own disk limit, ErrNoSpace): 503 with Retry-After; a job
+	// failing for it has reason disk_full.
+	ErrHostDiskFull = errors.New("no space left on the host's disk")
 )
+
+// infraCause wraps an infrastructure error with the sentinel of its cause
+// (ErrUnavailable, ErrHostDiskFull) when it has one, else returns it.
+func infraCause(err error) error {
+	switch {
+	case err == nil, errors.Is(err, ErrUnavailable), errors.Is(err, ErrHostDiskFull):
+		return err
+	case errors.Is(err, runner.ErrUnavailable):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w: %w", ErrHostDiskFull, err)
+	}
+	return err
+}
+
+// infraReason is the reason of a job that failed for err: unavailable,
+// disk_full, else internal.
+func infraReason(err error) string {
+	switch err = infraCause(err); {
+	case errors.Is(err, ErrUnavailable):
+		return ReasonUnavailable
+	case errors.Is(err, ErrHostDiskFull):
+		return ReasonDiskFull
+	}
+	return ReasonInternal
+}
 
 // Errors that stay inside the package.
 var (

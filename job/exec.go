@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
@@ -145,8 +146,13 @@ func classify(cancelReason string, a *attempt) (State, string) {
 		return fail(ReasonShutdown, "sandboxd shut down while the job was running")
 	case a.err != nil:
 		a.res.OK = false
-		a.res.Error = "internal error: " + a.err.Error()
-		return StateFailed, ReasonInternal
+		reason := infraReason(a.err)
+		if reason == ReasonInternal {
+			a.res.Error = "internal error: " + a.err.Error()
+		} else { // the cause is in the message: the runner's daemon, the disk
+			a.res.Error = infraCause(a.err).Error()
+		}
+		return StateFailed, reason
 	case a.timedOut:
 		return fail(ReasonTimeout, "timed out")
 	case a.res.OK:
@@ -276,8 +282,13 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 			return s.runREPL(ctx, e, j, repl, timeout, cmd.Decode)
 		}
 	}
-	ectx := ctx
+	// The deadline runs from the job's start (its started event), not
+	// from the exec: the time a sandbox took to make (a drained pool under
+	// load) counts against it, so the kill is sent at started + timeout
+	// whatever the load.
+	ectx, limit := ctx, timeout
 	if timeout > 0 {
+		timeout = untilDeadline(j, timeout)
 		var cancel context.CancelFunc
 		ectx, cancel = context.WithTimeout(ctx, timeout+execGrace)
 		defer cancel()
@@ -305,13 +316,32 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 	if err != nil {
 		return attempt{ran: true, err: fmt.Errorf("exec in sandbox: %w", err)}
 	}
+	if pr.TimedOut {
+		killed := pr.KilledAt
+		if killed.IsZero() {
+			killed = time.Now()
+		}
+		e.events.emit(Event{Type: EventKilled, Time: killed.UTC()})
+	}
 	res := tools.FromProcess(processInfo(pr, j.Limits), tool.Effects, wall)
+	if pr.TimedOut && limit > 0 && strings.HasPrefix(res.Error, "timed out after ") {
+		res.Error = "timed out after " + limit.String() // from the job's start, not the exec's
+	}
 	if cmd.Decode != nil && !pr.TimedOut {
 		res = cmd.Decode(res)
 	}
 	res.Usage.CPUMS = pr.Usage.CPU.Milliseconds()
 	res.Usage.PeakMemory = pr.Usage.PeakMemory
 	return attempt{res: res, ran: true, timedOut: pr.TimedOut}
+}
+
+// untilDeadline is what is left of a job's timeout at this moment,
+// counted from its start (at least a millisecond: the kill goes at once).
+func untilDeadline(j *Job, timeout time.Duration) time.Duration {
+	if j.StartedAt == nil {
+		return timeout
+	}
+	return max(time.Until(j.StartedAt.Add(timeout)), time.Millisecond)
 }
 
 // workspace creates WorkDir/<id>, a plain directory, for a one-shot

@@ -125,3 +125,37 @@ func TestSingleTenantNoCPUGroup(t *testing.T) {
 		t.Fatalf("spec %+v (created %v)", spec, ok)
 	}
 }
+
+// The kill is sent at the deadline counted from the job's start, however
+// long the sandbox took to make: with a Create of 700 ms and a timeout of
+// 1 s, the killed event is at started + 1 s (not 1.7 s), and the result
+// says the timeout.
+func TestKillAtDeadlineFromStart(t *testing.T) {
+	h := newHarness(t, func(_ *job.Config, h *harness) { h.r.createDelay = 700 * time.Millisecond })
+	j := h.wait(t, "acme", h.submit(t, "acme", call("sh", `{"cmd":"sleep","arg":"10s","timeout_ms":1000}`)).ID)
+	if j.State != job.StateFailed || j.Reason != job.ReasonTimeout || j.Result.Error != "timed out after 1s" {
+		t.Fatalf("job %s/%s %q", j.State, j.Reason, j.Result.Error)
+	}
+	var started, killed time.Time
+	eventually(t, "the finished event persisted", func() bool {
+		evs, err := h.st.ListEvents(t.Context(), j.ID, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			switch ev.Type {
+			case job.EventStarted:
+				started = ev.Time
+			case job.EventKilled:
+				killed = ev.Time
+			}
+		}
+		return len(evs) > 0 && evs[len(evs)-1].Type == job.EventFinished
+	})
+	if started.IsZero() || killed.IsZero() {
+		t.Fatalf("started %v killed %v", started, killed)
+	}
+	if over := killed.Sub(started.Add(time.Second)); over < -10*time.Millisecond || over > 200*time.Millisecond {
+		t.Fatalf("kill %v after the deadline", over)
+	}
+}

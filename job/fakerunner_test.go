@@ -33,6 +33,8 @@ type fakeRunner struct {
 	started chan string // receives the sandbox ID when Exec starts (if non-nil)
 	// createFails makes the next N Creates fail (the runner is unavailable).
 	createFails atomic.Int64
+	// createDelay is how long each Create takes (a loaded host).
+	createDelay time.Duration
 }
 
 var (
@@ -58,6 +60,7 @@ func (r *fakeRunner) Create(ctx context.Context, spec runner.SandboxSpec) (runne
 		return nil, errors.New("runner unavailable")
 	}
 	r.createFails.Store(0)
+	time.Sleep(r.createDelay)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.specs = append(r.specs, spec)
@@ -135,7 +138,7 @@ func (s *fakeSandbox) Exec(ctx context.Context, p runner.Process) (runner.Result
 		select {
 		case <-time.After(d):
 		case <-timeout:
-			res.TimedOut, res.Signal, res.ExitCode = true, "SIGKILL", -1
+			res.TimedOut, res.Signal, res.ExitCode, res.KilledAt = true, "SIGKILL", -1, time.Now()
 		case <-ctx.Done():
 			res.Signal, res.ExitCode = "SIGKILL", -1
 		}

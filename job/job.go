@@ -1,6 +1,11 @@
 // Package job owns the lifecycle of tool calls: admission (bounded queue,
-// worker pool), idempotency, durable records in a Store, execution through
-// a runner, cancellation, events and crash recovery.
+// worker pool, fair across tenants: sched.go), the guard's decisions and
+// approvals, idempotency, durable records in a Store (the interface it
+// defines, store.go), execution through a runner (retries: retry.go; the
+// warm pool: pool.go), cancellation, events (persisted: eventsink.go),
+// completion callbacks (callback.go), sessions, model turns (turn.go) and
+// crash recovery. Its configuration is config's sections (config.go); its
+// sentinel errors are all in errors.go.
 package job
 
 import (
@@ -36,7 +41,12 @@ const (
 	ReasonTimeout   = "timeout"
 	ReasonToolError = "tool_error"
 	ReasonInternal  = "internal"
-	ReasonShutdown  = "shutdown"
+	// ReasonUnavailable: the runner's daemon could not be reached;
+	// ReasonDiskFull: the host's disk is full. Both are internal
+	// failures whose cause is known (ErrUnavailable, ErrHostDiskFull).
+	ReasonUnavailable = "unavailable"
+	ReasonDiskFull    = "disk_full"
+	ReasonShutdown    = "shutdown"
 )
 
 // Job is one tool call and its outcome.
@@ -145,6 +155,10 @@ const (
 	EventStdout          EventType = "stdout"
 	EventStderr          EventType = "stderr"
 	EventFinished        EventType = "finished"
+	// EventKilled: the process ran to its deadline (its started event's
+	// time plus the timeout) and was killed; the event's time is when the
+	// kill was sent.
+	EventKilled EventType = "killed"
 )
 
 // Event is one step in a job's life.

@@ -290,7 +290,7 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 	// go there.
 	ws, err := s.newWorkspace(ctx, ls.dir, sess.Limits, spec.Isolation.Workspace)
 	if err != nil {
-		return nil, fmt.Errorf("create session workspace: %w", err)
+		return nil, fmt.Errorf("create session workspace: %w", infraCause(err))
 	}
 	spec.Image, spec.Workspace, spec.Limits = sess.Image, ws.View, sess.Limits
 	spec.Labels = map[string]string{"session": sess.ID, "tenant": sess.Tenant}
@@ -304,7 +304,7 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 		case errors.Is(err, runner.ErrInvalidSpec):
 			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
-		return nil, fmt.Errorf("create session sandbox: %w", err)
+		return nil, fmt.Errorf("create session sandbox: %w", infraCause(err))
 	}
 	ls.ws = ws
 	return sb, nil

@@ -136,9 +136,14 @@ type conn struct {
 func (s *Server) newMCPServer(tenant string) *mcp.Server {
 	c := &conn{s: s, tenant: tenant, resources: map[string]bool{}}
 	c.srv = mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Version: s.opts.Version}, &mcp.ServerOptions{
-		Logger:       s.log,
-		HasTools:     true,
-		HasResources: true,
+		Logger: s.log,
+		// Tools and resources (artifacts) from the start, announced as
+		// they change; no logging capability: this server sends no log
+		// messages.
+		Capabilities: &mcp.ServerCapabilities{
+			Tools:     &mcp.ToolCapabilities{ListChanged: true},
+			Resources: &mcp.ResourceCapabilities{ListChanged: true},
+		},
 		Instructions: "sandboxd runs tool calls in sandboxes. Calls of tools that run code or touch files share one " +
 			"sandbox and workspace for this MCP session: python_repl keeps its globals, files persist between calls.",
 	})

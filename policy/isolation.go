@@ -1,7 +1,9 @@
 // Package policy decides what a tool call may do and how it is isolated:
-// the effect → isolation table (Compile, Table) with the one seccomp
-// policy every runner applies, tenant policy, and the guard (decisions,
-// budgets, rate limits, approvals).
+// the effect → isolation table (Compile, Table; this file) with the one
+// seccomp policy every runner applies (seccomp.go: the one file where a
+// sandbox's seccomp profile is decided; runners only apply it), the agent
+// model (the agent's and the code's uid and capabilities), tenant policy,
+// and the guard (decisions, budgets, rate limits, approvals).
 package policy
 
 import (

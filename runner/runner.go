@@ -275,6 +275,9 @@ type Result struct {
 	StderrTruncated bool          `json:"stderr_truncated"`
 	Duration        time.Duration `json:"duration"`
 	Usage           Usage         `json:"usage"`
+	// KilledAt is when the kill of a timed-out process was sent (zero:
+	// not timed out, or a runner that does not say).
+	KilledAt time.Time `json:"killed_at,omitzero"`
 }
 
 // Usage is what a sandbox or process consumed.

@@ -13,6 +13,7 @@ command -v ps >/dev/null 2>&1 || need+=(procps)
 /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || need+=(python3-matplotlib) # the local runner's REPL artifacts (runnertest)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap) # the local runner's benchmark baseline
 [ -x /usr/bin/linux.uml ] || need+=(user-mode-linux) # the local runner's cgroup v2 test (a v2 kernel as a process)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose) # integration/compose_test.go: Debian's docker-compose 1.29
 
 if [ "${#need[@]}" -gt 0 ]; then
 	echo "setup: installing ${need[*]}"

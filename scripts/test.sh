@@ -41,7 +41,7 @@ echo "== staticcheck"
 bash scripts/staticcheck.sh
 
 echo "== unit tests (race)"
-go test -race -count=1 ./...
+go test -race -count=1 -timeout 30m ./...
 
 fuzztime=${FUZZTIME:-10s}
 if [ "$fuzztime" != 0 ]; then
@@ -69,7 +69,7 @@ if [ "$fuzztime" != 0 ]; then
 fi
 
 echo "== integration tests"
-go test -tags integration -count=1 -v ./integration/ 2>&1 | tee /tmp/sandboxd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' || true
+go test -tags integration -count=1 -timeout 45m -v ./integration/ 2>&1 | tee /tmp/sandboxd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' || true
 grep -qE '^(FAIL|panic)' /tmp/sandboxd-integration.log && { tail -60 /tmp/sandboxd-integration.log; exit 1; }
 grep -q '^ok' /tmp/sandboxd-integration.log || { tail -60 /tmp/sandboxd-integration.log; exit 1; }
 echo "== all tests passed"

@@ -37,7 +37,7 @@ func (s *SQLite) CreateSession(ctx context.Context, ss *job.Session) error {
 		return fmt.Errorf("create session %s: %w: id already used", ss.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("create session %s: %w", ss.ID, err)
+		return fmt.Errorf("create session %s: %w", ss.ID, diskFull(err))
 	}
 	return nil
 }

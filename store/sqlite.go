@@ -205,7 +205,7 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("create job %s: %w", j.ID, err)
+		return fmt.Errorf("create job %s: %w", j.ID, diskFull(err))
 	}
 	return nil
 }
@@ -293,6 +293,17 @@ func (s *SQLite) ListPendingCallbacks(ctx context.Context) ([]*job.Job, error) {
 		return nil, fmt.Errorf("list pending callbacks: %w", err)
 	}
 	return jobs, nil
+}
+
+// diskFull wraps SQLite's "database or disk is full" as
+// job.ErrHostDiskFull (the API's 503 disk_full); other errors are returned
+// as they are.
+func diskFull(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
+		return fmt.Errorf("%w: %w", job.ErrHostDiskFull, err)
+	}
+	return err
 }
 
 func isConstraint(err error) bool {

@@ -88,6 +88,7 @@ func ExecResult(ar agent.ExecResult, req agent.ExecRequest, limits runner.Limits
 		StdoutTruncated: ar.StdoutTruncated,
 		StderrTruncated: ar.StderrTruncated,
 		Duration:        ar.Duration,
+		KilledAt:        ar.KilledAt,
 	}
 	if req.OutputLimit > limits.OutputBytes { // raised for live output
 		res.Stdout, res.StdoutTruncated = recap(res.Stdout, res.StdoutTruncated, limits.OutputBytes)
