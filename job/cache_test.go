@@ -1,6 +1,7 @@
 package job_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/config"
@@ -47,5 +48,44 @@ func TestResultCache(t *testing.T) {
 	a1, a2 := do("acme", `{"a":1,"b":1}`), h.wait(t, "acme", h.submit(t, "acme", call("add", `{"a":1,"b":1}`)).ID)
 	if a2.Cached || a1.Tool == a2.Tool {
 		t.Errorf("add was cached")
+	}
+}
+
+// TestResultCacheWorkspace: a read-only file tool is cached within its
+// session while the workspace is unchanged; an upload changes it (the next
+// call runs and sees the new content); outside a session it is not cached.
+func TestResultCacheWorkspace(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *job.Config, _ *harness) { c.Cache = config.ToolCache{MaxEntries: 16} })
+	ctx := t.Context()
+	s, err := h.svc.CreateSession(ctx, "acme", job.SessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(content string) {
+		t.Helper()
+		if _, err := h.svc.PutFile(ctx, "acme", s.ID, "f", strings.NewReader(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	peek := func() *job.Job {
+		t.Helper()
+		req := call("peek", `{}`)
+		req.SessionID = s.ID
+		return h.wait(t, "acme", h.submit(t, "acme", req).ID)
+	}
+	put("one")
+	if j := peek(); j.Cached || j.Result.Content != "one" {
+		t.Fatalf("first: %v %+v", j.Cached, j.Result)
+	}
+	if j := peek(); !j.Cached || j.Result.Content != "one" {
+		t.Fatalf("repeat: %v %+v", j.Cached, j.Result)
+	}
+	put("two")
+	if j := peek(); j.Cached || j.Result.Content != "two" {
+		t.Fatalf("after an upload: cached %v %+v", j.Cached, j.Result)
+	}
+	if j := h.wait(t, "acme", h.submit(t, "acme", call("peek", `{}`)).ID); j.Cached {
+		t.Fatalf("outside a session: cached")
 	}
 }

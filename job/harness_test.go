@@ -113,6 +113,17 @@ func testTools(t testing.TB, gate chan struct{}) *tools.Registry {
 				return tools.Result{OK: true, Content: fmt.Sprint(a["a"].(float64) + a["b"].(float64))}, nil
 			},
 		},
+		{
+			// peek is a cacheable read-only file tool: it reads f.
+			Name: "peek", Effects: []tools.Effect{tools.EffectFileRead}, Cache: &tools.CachePolicy{},
+			Run: func(_ context.Context, env tools.Env, _ map[string]any) (tools.Result, error) {
+				b, err := os.ReadFile(filepath.Join(env.Workspace, "f"))
+				if err != nil {
+					return tools.Result{}, err
+				}
+				return tools.Result{OK: true, Content: string(b)}, nil
+			},
+		},
 		{Name: "declared"}, // declaration only
 	} {
 		if err := reg.Register(tool); err != nil {
