@@ -316,6 +316,28 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput func(stream
 	return *f.ExecResult, nil
 }
 
+// Prestart starts req's process now and holds it, waiting on its stdin,
+// for the next Exec of the same request (same args, env, dir and output
+// limit, with stdin): that Exec writes its stdin to the held process, and
+// its timeout and duration count from then, so its result is the one a
+// process started at that moment would give, less the start-up time. Any
+// other Exec, and a later Prestart, discard the held process first (the
+// sandbox then looks as if it had never been started). req must not carry
+// stdin or be long-lived. A nil req discards the held process.
+func (c *Client) Prestart(ctx context.Context, req *ExecRequest) error {
+	_, err := c.do(ctx, &frame{Type: typePrestart, Exec: req})
+	return err
+}
+
+// WarmREPL starts the persistent interpreter ahead of the first cell, so
+// that cell does not wait for Python to start. An exec before any cell
+// kills it again (the sandbox then looks as if no REPL had been started);
+// a cell drops a process held by Prestart.
+func (c *Client) WarmREPL(ctx context.Context) error {
+	_, err := c.do(ctx, &frame{Type: typeREPLWarm})
+	return err
+}
+
 // REPL runs a cell in the agent's persistent Python interpreter. Exceptions,
 // timeouts and restarts are reported in REPLResult. Cancelling ctx
 // interrupts the cell like a timeout. onOutput is as for Exec.

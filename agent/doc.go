@@ -20,6 +20,8 @@
 //
 //	ping                           → result
 //	exec       exec{args,env,dir,stdin,timeout,output_limit} → output*, result{exec_result}
+//	prestart   exec{args,env,dir,output_limit}               → result once started (no exec: drop the held one)
+//	repl_warm                      → result once the REPL's interpreter runs
 //	repl       repl{code,timeout,output_limit}               → output*, result{repl_result}
 //	cancel     target=<id>         → result once the target has ended (or at once if unknown)
 //	read_file  path, max_bytes     → result{data}
@@ -46,6 +48,18 @@
 // ctx, exec and repl additionally give up ErrNoResponse after their own
 // timeout plus a grace period, and streamed output handed to onOutput is
 // capped at the request's output limit per stream.
+//
+// # Prestart
+//
+// prestart starts a process ahead of its exec and holds it (one at a time
+// per agent) blocked on its stdin pipe: the pool of one-shot sandboxes
+// starts python_repl's interpreter this way, so the job's exec only
+// writes the code. The next exec with the same args, env, dir and output
+// limit and a non-empty stdin takes it (its timeout and duration count
+// from then); any other exec kills it first, as do a repl cell and
+// shutdown. repl_warm starts the REPL's interpreter ahead of its first
+// cell (a pooled sandbox a session may take); an exec before any cell
+// kills it, so a one-shot job's sandbox shows no REPL it never used.
 //
 // # REPL
 //

@@ -12,6 +12,8 @@ import (
 const (
 	typePing      = "ping"
 	typeExec      = "exec"
+	typePrestart  = "prestart"
+	typeREPLWarm  = "repl_warm"
 	typeCancel    = "cancel"
 	typeREPL      = "repl"
 	typeReadFile  = "read_file"

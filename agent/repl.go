@@ -52,6 +52,48 @@ type pyREPL struct {
 	proc   *pyProc
 	lost   bool // the interpreter died: report Restarted on the next result
 	closed bool
+	// warm is set while the interpreter was started by warmUp and has run
+	// no cell: an exec kills it (dropWarm), so that a sandbox whose REPL
+	// was never used looks as if it had never started one.
+	warm bool
+}
+
+// warmUp starts the interpreter ahead of the first cell (the pool's
+// sandboxes, for a session that may take one). No-op when it runs.
+func (p *pyREPL) warmUp() error {
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		return nil // a cell runs: the interpreter is there
+	}
+	defer func() { <-p.sem }()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("repl: agent is shutting down")
+	}
+	if p.proc != nil {
+		return nil
+	}
+	pp, err := p.start()
+	if err != nil {
+		return err
+	}
+	p.proc, p.warm = pp, true
+	return nil
+}
+
+// dropWarm kills an interpreter that warmUp started and no cell used.
+func (p *pyREPL) dropWarm() {
+	p.mu.Lock()
+	if !p.warm || p.proc == nil {
+		p.mu.Unlock()
+		return
+	}
+	pp := p.proc
+	p.proc, p.warm = nil, false
+	p.mu.Unlock()
+	pp.stop()
 }
 
 // pyProc is one running interpreter.
@@ -279,6 +321,7 @@ func (p *pyREPL) run(ctx context.Context, req REPLRequest, emit func(string, []b
 		return REPLResult{}, errors.New("repl: agent is shutting down")
 	}
 	pp := p.proc
+	p.warm = false
 	restarted := false
 	if pp == nil {
 		var err error

@@ -49,7 +49,11 @@ type server struct {
 	rootAbs  string
 	repl     *pyREPL
 	shutdown chan struct{}
-	stopOnce sync.Once
+
+	heldMu     sync.Mutex
+	held       *proc // started by prestart, waiting for its exec
+	heldClosed bool
+	stopOnce   sync.Once
 }
 
 func newServer(opts ServerOptions) (*server, error) {
@@ -78,6 +82,10 @@ func newServer(opts ServerOptions) (*server, error) {
 }
 
 func (s *server) close() {
+	s.heldMu.Lock()
+	s.heldClosed = true
+	s.heldMu.Unlock()
+	s.dropHeld()
 	s.repl.close()
 	if s.root != nil {
 		s.root.Close()
@@ -213,7 +221,7 @@ func (c *connState) dispatch(ctx context.Context, wg *sync.WaitGroup, f frame) e
 	switch f.Type {
 	case typeOutput, typeResult, typeError:
 		return fmt.Errorf("%w: client sent %q", ErrProtocol, f.Type)
-	case typePing, typeExec, typeCancel, typeREPL, typeReadFile, typeWriteFile,
+	case typePing, typeExec, typePrestart, typeREPLWarm, typeCancel, typeREPL, typeReadFile, typeWriteFile,
 		typeListDir, typeStat, typeRemove, typeShutdown:
 	default:
 		c.reply(&frame{ID: f.ID, Type: typeError, Error: fmt.Sprintf("unknown message type %q", f.Type)})
@@ -350,6 +358,26 @@ func (c *connState) handle(ctx context.Context, f frame) *frame {
 			return errFrame(err)
 		}
 		return &frame{Type: typeResult, ExecResult: &res}
+	case typePrestart:
+		if s.opts.disableProcs {
+			return errFrame(errors.New("prestart: disabled"))
+		}
+		var req ExecRequest // none: drop the held process
+		if f.Exec != nil {
+			req = *f.Exec
+		}
+		if err := s.prestart(req); err != nil {
+			return errFrame(err)
+		}
+		return &frame{Type: typeResult}
+	case typeREPLWarm:
+		if s.opts.disableProcs {
+			return errFrame(errors.New("repl: disabled"))
+		}
+		if err := s.repl.warmUp(); err != nil {
+			return errFrame(err)
+		}
+		return &frame{Type: typeResult}
 	case typeREPL:
 		if f.REPL == nil {
 			return errFrame(errors.New("repl: missing request"))
@@ -357,6 +385,7 @@ func (c *connState) handle(ctx context.Context, f frame) *frame {
 		if s.opts.disableProcs {
 			return errFrame(errors.New("repl: disabled"))
 		}
+		s.dropHeld() // a cell finds no process held for an exec
 		res, err := s.repl.run(ctx, *f.REPL, c.emitter(f.ID))
 		if err != nil {
 			return errFrame(err)

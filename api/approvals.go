@@ -146,6 +146,12 @@ type guardView struct {
 	Remaining []remainingView `json:"remaining"`
 	Refunded  bool            `json:"refunded"`
 	DecidedAt time.Time       `json:"decided_at"`
+	// RetryAt and RetryAfterMS say when a refused call may pass on a
+	// retry (rate_limited, budget_exhausted).
+	RetryAt      *time.Time `json:"retry_at,omitempty"`
+	RetryAfterMS int64      `json:"retry_after_ms,omitempty"`
+	// ApprovalID is the approval a pending call waits for.
+	ApprovalID string `json:"approval_id,omitempty"`
 }
 
 type remainingView struct {
@@ -163,7 +169,11 @@ func viewGuard(g *job.GuardRecord) *guardView {
 		return nil
 	}
 	v := &guardView{Outcome: string(g.Outcome), Code: g.Code, Rule: g.Rule, Reason: g.Reason,
-		Refunded: g.Refunded, DecidedAt: g.DecidedAt, Remaining: make([]remainingView, 0, len(g.Remaining))}
+		Refunded: g.Refunded, DecidedAt: g.DecidedAt, Remaining: make([]remainingView, 0, len(g.Remaining)),
+		RetryAt: g.RetryAt, ApprovalID: g.ApprovalID}
+	if g.RetryAt != nil {
+		v.RetryAfterMS = max(1, g.RetryAt.Sub(g.DecidedAt).Milliseconds())
+	}
 	for _, r := range g.Remaining {
 		rv := remainingView{Rule: r.Rule, Effect: string(r.Effect), Tool: r.Tool, Scope: r.Scope, Limit: r.Limit, Remaining: r.Remaining}
 		if !r.ResetsAt.IsZero() {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/url"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -95,6 +96,9 @@ func limitsView(l runner.Limits) limitsBody {
 // fields and trailing data. Errors are *Error (400) naming the offset or
 // the field.
 func decodeStrict(data []byte, v any) error {
+	if err := refuseNulls(data); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -104,6 +108,59 @@ func decodeStrict(data []byte, v any) error {
 		return badRequest(fmt.Sprintf("unexpected data after the JSON value at offset %d", dec.InputOffset()))
 	}
 	return nil
+}
+
+// freeForm are members whose values are the caller's own JSON (a tool's
+// arguments, a provider's raw call): null may be a value there.
+var freeForm = map[string]bool{"arguments": true, "call": true}
+
+// refuseNulls refuses a body that is null or gives null for a member: the
+// document types every member, and null is none of its types (leave the
+// member out instead). Invalid JSON is left to the decoder's message.
+func refuseNulls(data []byte) error {
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return nil
+	}
+	if v == nil {
+		return badRequest("the request body is null; expected a JSON object")
+	}
+	if p := nullMember(v, ""); p != "" {
+		return badRequest(fmt.Sprintf("%s is null; leave it out instead", p))
+	}
+	return nil
+}
+
+func nullMember(v any, at string) string {
+	switch v := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if freeForm[k] && at == "" {
+				continue
+			}
+			if v[k] == nil {
+				return fmt.Sprintf("%q", strings.TrimPrefix(at+"."+k, "."))
+			}
+			if p := nullMember(v[k], at+"."+k); p != "" {
+				return p
+			}
+		}
+	case []any:
+		for i, e := range v {
+			if e == nil {
+				return fmt.Sprintf("%q", fmt.Sprintf("%s[%d]", strings.TrimPrefix(at, "."), i))
+			}
+			if p := nullMember(e, fmt.Sprintf("%s[%d]", at, i)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
 }
 
 func jsonError(err error) error {

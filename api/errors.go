@@ -33,6 +33,8 @@ const (
 	CodeWorkspaceFull    = "workspace_full"
 	CodeUnavailable      = "unavailable"
 	CodeDiskFull         = "disk_full"
+	// CodeIdempotencyKeyReused: the key was used for a different request.
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
 )
 
 // Error is an API error: an HTTP status and the JSON error body. Handlers
@@ -100,6 +102,8 @@ func (s *server) classify(err error) *Error {
 		// The session's disk limit, not a fault of the server: 507 as a
 		// WebDAV server answers a full quota.
 		return &Error{Status: http.StatusInsufficientStorage, Code: CodeWorkspaceFull, Message: err.Error()}
+	case errors.Is(err, job.ErrIdempotencyKeyReused):
+		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeIdempotencyKeyReused, Message: err.Error()}
 	case errors.Is(err, job.ErrInvalid):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: err.Error()}
 	case errors.Is(err, job.ErrConflict):

@@ -125,10 +125,19 @@ func (s *server) accessLog(m *httpMetrics) func(http.Handler) http.Handler {
 			}
 			elapsed := time.Since(start)
 			m.observe(r.Method, route, rec.status, elapsed)
-			l = logger(r.Context(), s.log)
-			level := slog.LevelInfo
-			if rec.status >= 500 {
+			// Every request at debug level (log_level: debug), refusals at
+			// info, server errors at warn: a line per successful call cost
+			// 4% of the daemon's CPU under load at info.
+			level := slog.LevelDebug
+			switch {
+			case rec.status >= 500:
 				level = slog.LevelWarn
+			case rec.status >= 400:
+				level = slog.LevelInfo
+			}
+			l = logger(r.Context(), s.log)
+			if !l.Enabled(r.Context(), level) {
+				return
 			}
 			l.Log(r.Context(), level, "http request",
 				"method", r.Method, "route", route, "path", r.URL.Path,

@@ -99,6 +99,11 @@ func TestSubmit(t *testing.T) {
 		if rec.Code != 400 {
 			t.Fatalf("differing keys: %d", rec.Code)
 		}
+		// The key for another request: 422 naming the key.
+		rec = h.do("POST", "/v1/jobs", `{"tool":"other"}`, "Idempotency-Key: k1")
+		if rec.Code != 422 || !strings.Contains(rec.Body.String(), `"code":"idempotency_key_reused"`) || !strings.Contains(rec.Body.String(), `k1`) {
+			t.Fatalf("key reused: %d %s", rec.Code, rec.Body)
+		}
 	})
 }
 

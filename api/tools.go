@@ -81,8 +81,18 @@ func parseFormat(s string) (tools.Format, error) {
 	return f, nil
 }
 
+// formatOf reads ?format; present but empty is a 400, as the document's
+// enum says (leave it out for sandboxd's shape).
+func formatOf(r *http.Request) (tools.Format, error) {
+	q := r.URL.Query()
+	if q.Has("format") && q.Get("format") == "" {
+		return "", badRequest("format is empty; leave it out for sandboxd's shape, or give one of sandboxd, openai, anthropic, mcp")
+	}
+	return parseFormat(q.Get("format"))
+}
+
 func (rs *toolsResource) list(w http.ResponseWriter, r *http.Request) {
-	format, err := parseFormat(r.URL.Query().Get("format"))
+	format, err := formatOf(r)
 	if err != nil {
 		rs.writeError(w, r, err)
 		return
@@ -123,7 +133,7 @@ func (rs *toolsResource) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (rs *toolsResource) get(w http.ResponseWriter, r *http.Request) {
-	format, err := parseFormat(r.URL.Query().Get("format"))
+	format, err := formatOf(r)
 	if err != nil {
 		rs.writeError(w, r, err)
 		return

@@ -44,7 +44,7 @@ type Config struct {
 	Addr        string `yaml:"addr" env:"SANDBOXD_ADDR" flag:"addr" check:"hostport" doc:"the API's listen address (HOST:PORT)"`
 	MetricsAddr string `yaml:"metrics_addr" env:"SANDBOXD_METRICS_ADDR" flag:"metrics-addr" check:"hostport" doc:"the Prometheus /metrics listener, without authentication: keep it on loopback or a private network (HOST:PORT; port 0 picks a free one, logged)"`
 	DataDir     string `yaml:"data_dir" env:"SANDBOXD_DATA_DIR" flag:"data-dir" check:"required,abspath" default:"/var/lib/sandboxd as root, else $XDG_DATA_HOME/sandboxd or ~/.local/share/sandboxd" doc:"one sandboxd at a time (sandboxd.lock: a second serve on it exits at once naming the holder's pid); holds sandboxd.db (SQLite: jobs, their events and artifacts, sessions, approvals), run/, docker/ or containerd/ (sandbox state; the container runners' socket paths under it must fit 108 bytes, or serve refuses to start) and workspaces/ (at start, every workspace no live job or session owns is removed)"`
-	LogLevel    string `yaml:"log_level" env:"SANDBOXD_LOG_LEVEL" flag:"log-level" check:"oneof=debug info warn error" doc:"debug, info, warn or error; text to stderr"`
+	LogLevel    string `yaml:"log_level" env:"SANDBOXD_LOG_LEVEL" flag:"log-level" check:"oneof=debug info warn error" doc:"debug, info, warn or error; text to stderr (a line per HTTP request at debug; refused requests at info, server errors at warn)"`
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cancelled.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" check:"positive" doc:"running jobs get this long on SIGTERM, then fail with reason shutdown; queued jobs stay queued and run at the next start"`
@@ -166,6 +166,12 @@ type Pool struct {
 	Size *int `yaml:"size" env:"SANDBOXD_POOL_SIZE" check:"nonnegative" default:"unset: 2 (a container takes ~200 ms to create, a local sandbox ~17 ms)" doc:"ready sandboxes per pooled profile (the default profile of python_repl and bash); 0 disables the pool"`
 	// MaxSandboxes caps the sandboxes alive (sessions, pooled, in use).
 	MaxSandboxes int `yaml:"max_sandboxes" env:"SANDBOXD_MAX_SANDBOXES" check:"positive" doc:"sandboxes alive at once (sessions, pooled and in use): the pool stops refilling and new sessions get 429 past it"`
+	// MaxReady and MemoryBudget bound the pool's growth after misses.
+	MaxReady     int   `yaml:"max_ready" env:"SANDBOXD_POOL_MAX_READY" check:"nonnegative" default:"0: pool.size, no growth" doc:"the most ready sandboxes a pooled profile grows to after misses (doubling from pool.size at each miss, back down by one each idle minute without a miss); within pool.max_sandboxes and pool.memory_budget_bytes"`
+	MemoryBudget int64 `yaml:"memory_budget_bytes" env:"SANDBOXD_POOL_MEMORY_BUDGET" check:"nonnegative" default:"0: none" doc:"the memory limits of a profile's ready and refilling sandboxes, summed, stay within this when the pool grows (pool.size itself is always kept)"`
+	// NoPrestart keeps pooled sandboxes from starting python_repl's
+	// interpreter ahead of their job (the slower path, for comparison).
+	NoPrestart bool `yaml:"no_prestart" env:"SANDBOXD_POOL_NO_PRESTART" doc:"do not start python_repl's interpreter in pooled sandboxes ahead of their job (a one-shot call then starts Python itself: about 15-25 ms more)"`
 }
 
 // Retention bounds what the store keeps of finished jobs (with their

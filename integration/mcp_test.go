@@ -288,3 +288,56 @@ func checkMCP(t *testing.T, connect func(*mcp.ClientOptions) *mcp.ClientSession)
 	}
 	return cs
 }
+
+// TestMCPSessionLimits: an MCP session's sandboxd session counts against
+// the tenant's session limit (a sandboxed call past it is an isError
+// result naming the limit; a calculator call needs no session and runs),
+// and an MCP session left idle is closed with its sandboxd session.
+func TestMCPSessionLimits(t *testing.T) {
+	s := startServer(t, mcpConfig+"sessions:\n  max_per_tenant: 1\n  default_idle: 4s\n  reap_interval: 1s\n")
+	var rest struct {
+		ID string `json:"id"`
+	}
+	if resp, data := s.do("POST", "/v1/sessions", "k-other", map[string]any{"idle_timeout_seconds": 3600}, &rest); resp.StatusCode != 201 {
+		t.Fatalf("session: %d %s", resp.StatusCode, data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs := mcpHTTP(t, s, "k-other", nil)
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "python_repl", Arguments: map[string]any{"code": "1"}})
+	if err != nil || !r.IsError || !strings.Contains(r.Content[0].(*mcp.TextContent).Text, "session limit") {
+		t.Fatalf("a sandboxed call past the session limit: %v %+v", err, r)
+	}
+	if r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "calculator", Arguments: map[string]any{"expression": "2+2"}}); err != nil || r.IsError {
+		t.Fatalf("calculator needs no session: %v %+v", err, r)
+	}
+	s.do("DELETE", "/v1/sessions/"+rest.ID, "k-other", nil, nil)
+	if r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "python_repl", Arguments: map[string]any{"code": "x = 1"}}); err != nil || r.IsError {
+		t.Fatalf("python_repl once the limit has room: %v %+v", err, r)
+	}
+	var list struct {
+		Sessions []struct {
+			ID string `json:"id"`
+		} `json:"sessions"`
+	}
+	s.do("GET", "/v1/sessions?state=active", "k-other", nil, &list)
+	if len(list.Sessions) != 1 {
+		t.Fatalf("active sessions: %+v", list.Sessions)
+	}
+	// Idle: no request for default_idle closes the MCP session and its
+	// sandboxd session.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var ses struct {
+			State string `json:"state"`
+		}
+		s.do("GET", "/v1/sessions/"+list.Sessions[0].ID, "k-other", nil, &ses)
+		if ses.State == "closed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle MCP session's sandboxd session is still %q", ses.State)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -85,7 +85,7 @@ func TestToolDescriptionsTrue(t *testing.T) {
 			if resp, data := s.do("POST", "/v1/sessions", "", map[string]any{"effects": []string{"exec", "file_read", "file_write"}}, &ses); resp.StatusCode != 201 {
 				t.Fatalf("create session: %d %s", resp.StatusCode, data)
 			}
-			for _, f := range []string{"", "openai", "anthropic", "mcp"} {
+			for _, f := range []string{"sandboxd", "openai", "anthropic", "mcp"} {
 				d := describe("?format=" + f + "&session_id=" + ses.ID)
 				if !strings.Contains(d, "This session keeps one interpreter") || strings.Contains(d, "fresh interpreter") || !strings.Contains(d, installed) {
 					t.Errorf("format %q in a session: %s", f, d)

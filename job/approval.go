@@ -39,6 +39,13 @@ type GuardRecord struct {
 	Spend     []policy.Spend `json:"spend,omitempty"`
 	Refunded  bool           `json:"refunded,omitempty"`
 	DecidedAt time.Time      `json:"decided_at"`
+	// RetryAt is when a retry of a refused call may pass (rate_limited,
+	// budget_exhausted: the decision's RetryAfter from DecidedAt); nil
+	// otherwise.
+	RetryAt *time.Time `json:"retry_at,omitempty"`
+	// ApprovalID is the approval a confirm decision waits for (POST
+	// /v1/approvals/{id} decides it).
+	ApprovalID string `json:"approval_id,omitempty"`
 }
 
 // EgressRecord is one decision of the egress proxy on a connection or

@@ -55,8 +55,11 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	}
 	key := req.IdempotencyKey
 	if key != "" {
-		if j, err := s.st.GetByIdempotencyKey(ctx, tenant, key); err == nil {
+		want := idemRequest{tool: tool.Name, args: call.Arguments, session: req.SessionID, limits: limits}
+		if j, err := s.replayKey(ctx, tenant, key, want); err == nil {
 			return j, false, nil
+		} else if errors.Is(err, ErrIdempotencyKeyReused) {
+			return nil, false, err
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, false, fmt.Errorf("submit: %w", err)
 		}
@@ -138,9 +141,7 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 		<-s.slots
 		s.refund(j)
 		if key != "" && errors.Is(err, ErrConflict) { // lost the race for the key
-			if existing, gerr := s.st.GetByIdempotencyKey(ctx, tenant, key); gerr == nil {
-				return existing, false, nil
-			}
+			return s.replayAfterConflict(ctx, j, err)
 		}
 		return nil, false, fmt.Errorf("submit: %w", err)
 	}

@@ -26,9 +26,9 @@ var (
 	ErrShutdown = errors.New("service shutting down")
 
 	// ErrSessionNotFound is ErrNotFound for sessions (errors.Is matches both).
-	ErrSessionNotFound = fmt.Errorf("session not found: %w", ErrNotFound)
+	ErrSessionNotFound error = notFoundError("session not found")
 	// ErrFileNotFound is ErrNotFound for workspace files.
-	ErrFileNotFound = fmt.Errorf("no such file or directory: %w", ErrNotFound)
+	ErrFileNotFound error = notFoundError("no such file or directory")
 	// ErrEffectNotAllowed: the tool needs an effect the session lacks.
 	ErrEffectNotAllowed = errors.New("effect not allowed")
 	// ErrSessionLimit: the tenant has too many active sessions, or the
@@ -49,6 +49,9 @@ var (
 	// session's own disk limit, ErrNoSpace): 503 with Retry-After; a job
 	// failing for it has reason disk_full.
 	ErrHostDiskFull = errors.New("no space left on the host's disk")
+	// ErrIdempotencyKeyReused: an Idempotency-Key the tenant used for a
+	// different request (tool, arguments, session or limits); 422.
+	ErrIdempotencyKeyReused = errors.New("Idempotency-Key reused")
 )
 
 // infraCause wraps an infrastructure error with the sentinel of its cause
@@ -76,6 +79,14 @@ func infraReason(err error) string {
 	}
 	return ReasonInternal
 }
+
+// notFoundError is a kind of ErrNotFound with its own words: errors.Is
+// matches it and ErrNotFound, and its message does not say "job not
+// found" about a session or a file.
+type notFoundError string
+
+func (e notFoundError) Error() string        { return string(e) }
+func (e notFoundError) Is(target error) bool { return target == ErrNotFound }
 
 // Errors that stay inside the package.
 var (

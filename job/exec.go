@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -293,23 +294,10 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 		ectx, cancel = context.WithTimeout(ctx, timeout+execGrace)
 		defer cancel()
 	}
-	env := cmd.Env
 	// The sandbox's network is egress when the tool or the session has
 	// the http effect: point HTTP clients at its proxy.
-	if tool.HasEffect(tools.EffectHTTP) || (ls != nil && slices.Contains(ls.snapshot().Effects, tools.EffectHTTP)) {
-		env = append(slices.Clip(env), proxyEnv...)
-	}
-	p := runner.Process{
-		Args:    cmd.Args,
-		Env:     env,
-		Dir:     cmd.Dir,
-		Timeout: timeout,
-		Stdout:  newEventWriter(e.events, EventStdout),
-		Stderr:  newEventWriter(e.events, EventStderr),
-	}
-	if len(cmd.Stdin) > 0 {
-		p.Stdin = bytes.NewReader(cmd.Stdin)
-	}
+	http := tool.HasEffect(tools.EffectHTTP) || (ls != nil && slices.Contains(ls.snapshot().Effects, tools.EffectHTTP))
+	p := commandProcess(cmd, http, timeout, newEventWriter(e.events, EventStdout), newEventWriter(e.events, EventStderr))
 	start := time.Now()
 	pr, err := sb.Exec(ectx, p)
 	wall := time.Since(start)
@@ -333,6 +321,21 @@ func (s *Service) runSandboxed(ctx context.Context, e *entry, j *Job, ls *liveSe
 	res.Usage.CPUMS = pr.Usage.CPU.Milliseconds()
 	res.Usage.PeakMemory = pr.Usage.PeakMemory
 	return attempt{res: res, ran: true, timedOut: pr.TimedOut}
+}
+
+// commandProcess is the process of a sandboxed tool's command: what a job
+// runs, and what the pool prestarts (prestartProcess) so that the two
+// match (runner.Prestarter).
+func commandProcess(cmd tools.Command, http bool, timeout time.Duration, stdout, stderr io.Writer) runner.Process {
+	env := cmd.Env
+	if http {
+		env = append(slices.Clip(env), proxyEnv...)
+	}
+	p := runner.Process{Args: cmd.Args, Env: env, Dir: cmd.Dir, Timeout: timeout, Stdout: stdout, Stderr: stderr}
+	if len(cmd.Stdin) > 0 {
+		p.Stdin = bytes.NewReader(cmd.Stdin)
+	}
+	return p
 }
 
 // untilDeadline is what is left of a job's timeout at this moment,

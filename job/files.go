@@ -52,6 +52,9 @@ func workspacePath(p string) (string, error) {
 		p = strings.TrimPrefix(p, "/workspace")
 	}
 	p = strings.TrimLeft(p, "/")
+	if err := checkPathLength(p); err != nil {
+		return "", err
+	}
 	if strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("%w: NUL in path", ErrInvalid)
 	}
@@ -115,6 +118,11 @@ func (s *Service) mkdirAll(root *os.Root, dir string) error {
 // workspace's disk limit leaves (ErrNoSpace). A refused upload leaves the
 // workspace as it was (parent directories it made aside).
 func (s *Service) PutFile(ctx context.Context, tenant, id, p string, r io.Reader) (FileInfo, error) {
+	info, err := s.putFile(ctx, tenant, id, p, r)
+	return info, pathFault(err, p)
+}
+
+func (s *Service) putFile(ctx context.Context, tenant, id, p string, r io.Reader) (FileInfo, error) {
 	name, err := workspacePath(p)
 	if err != nil {
 		return FileInfo{}, err
@@ -169,6 +177,11 @@ func (s *Service) PutFile(ctx context.Context, tenant, id, p string, r io.Reader
 // OpenFile opens path in the session's workspace. For a regular file it
 // returns a reader the caller must close; for a directory, its listing.
 func (s *Service) OpenFile(ctx context.Context, tenant, id, p string) (io.ReadCloser, FileInfo, []FileInfo, error) {
+	rc, info, list, err := s.openFile(ctx, tenant, id, p)
+	return rc, info, list, pathFault(err, p)
+}
+
+func (s *Service) openFile(ctx context.Context, tenant, id, p string) (io.ReadCloser, FileInfo, []FileInfo, error) {
 	name, err := workspacePath(p)
 	if err != nil {
 		return nil, FileInfo{}, nil, err
@@ -223,6 +236,11 @@ func (s *Service) OpenFile(ctx context.Context, tenant, id, p string) (io.ReadCl
 // written) and the error is ErrNoSpace. It returns the number of entries
 // written.
 func (s *Service) PutArchive(ctx context.Context, tenant, id, dir string, r io.Reader) (int, error) {
+	n, err := s.putArchive(ctx, tenant, id, dir, r)
+	return n, pathFault(err, dir)
+}
+
+func (s *Service) putArchive(ctx context.Context, tenant, id, dir string, r io.Reader) (int, error) {
 	base, err := workspacePath(dir)
 	if err != nil {
 		return 0, err
@@ -395,6 +413,10 @@ func fits(dir string, need archiveNeeds) error {
 // GetArchive writes dir of the session's workspace to w as a tar:
 // directories, regular files and symlinks (as links, not followed).
 func (s *Service) GetArchive(ctx context.Context, tenant, id, dir string, w io.Writer) error {
+	return pathFault(s.getArchive(ctx, tenant, id, dir, w), dir)
+}
+
+func (s *Service) getArchive(ctx context.Context, tenant, id, dir string, w io.Writer) error {
 	base, err := workspacePath(dir)
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package job
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -26,4 +28,29 @@ func TestWorkspacePath(t *testing.T) {
 			t.Errorf("workspacePath(%q): err %v, want ErrInvalid", bad, err)
 		}
 	}
+}
+
+// FuzzWorkspacePath: a client's path is refused (ErrInvalid) or becomes a
+// clean relative name without "..", within the kernel's path limits.
+func FuzzWorkspacePath(f *testing.F) {
+	for _, s := range []string{"a/b.txt", "/workspace/x", "../x", "a/../../b", "", "/", "a\x00b", strings.Repeat("a", 300)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		name, err := workspacePath(p)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("%q: %v is not ErrInvalid", p, err)
+			}
+			return
+		}
+		if len(name) > maxPathBytes || strings.HasPrefix(name, "/") || slices.Contains(strings.Split(name, "/"), "..") || strings.ContainsRune(name, 0) {
+			t.Fatalf("%q became %q", p, name)
+		}
+		for _, seg := range strings.Split(name, "/") {
+			if len(seg) > maxPathSegBytes {
+				t.Fatalf("%q: segment of %d bytes", p, len(seg))
+			}
+		}
+	})
 }

@@ -103,3 +103,81 @@ func TestSessionArchive(t *testing.T) {
 		t.Fatalf("missing file: %v", err)
 	}
 }
+
+// TestSessionFileErrors: what a client can get wrong about a path is
+// ErrInvalid with the reason, not a server error: a symbolic link on the
+// path that leads outside the workspace (files GET and PUT, archives both
+// ways), a 10,000-character path, a symlink loop; a missing file reads
+// "<path>: no such file or directory" and is ErrNotFound.
+func TestSessionFileErrors(t *testing.T) {
+	t.Parallel()
+	h := newSessHarness(t, nil, job.Config{})
+	ctx := t.Context()
+	s, err := h.svc.CreateSession(ctx, "acme", job.SessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(h.work, "sessions", s.ID)
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"out": outside, "loop": "loop"} {
+		if err := os.Symlink(target, filepath.Join(ws, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := strings.Repeat("a", 10_000)
+	archive := tarOf(t, map[string]string{"x.txt": "x"})
+	for _, tc := range []struct {
+		name, want string
+		do         func() error
+	}{
+		{"GET through an escaping link", "leads outside the workspace", func() error {
+			_, _, _, err := h.svc.OpenFile(ctx, "acme", s.ID, "out/secret")
+			return err
+		}},
+		{"PUT through an escaping link", "leads outside the workspace", func() error {
+			_, err := h.svc.PutFile(ctx, "acme", s.ID, "out/new", strings.NewReader("x"))
+			return err
+		}},
+		{"archive of an escaping link", "leads outside the workspace", func() error {
+			return h.svc.GetArchive(ctx, "acme", s.ID, "out", io.Discard)
+		}},
+		{"archive into an escaping link", "leads outside the workspace", func() error {
+			_, err := h.svc.PutArchive(ctx, "acme", s.ID, "out/sub", bytes.NewReader(archive))
+			return err
+		}},
+		{"GET a 10,000-character path", "more than the 4096", func() error {
+			_, _, _, err := h.svc.OpenFile(ctx, "acme", s.ID, long)
+			return err
+		}},
+		{"PUT a 10,000-character path", "more than the 4096", func() error {
+			_, err := h.svc.PutFile(ctx, "acme", s.ID, long, strings.NewReader("x"))
+			return err
+		}},
+		{"a 300-byte name", "more than the 255", func() error {
+			_, _, _, err := h.svc.OpenFile(ctx, "acme", s.ID, strings.Repeat("b", 300))
+			return err
+		}},
+		{"a symlink loop", "symbolic links", func() error {
+			_, _, _, err := h.svc.OpenFile(ctx, "acme", s.ID, "loop/x")
+			return err
+		}},
+	} {
+		err := tc.do()
+		if !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalid saying %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "new")); err == nil {
+		t.Error("PUT wrote outside the workspace")
+	}
+	_, _, _, err = h.svc.OpenFile(ctx, "acme", s.ID, "nope.txt")
+	if !errors.Is(err, job.ErrFileNotFound) || !errors.Is(err, job.ErrNotFound) || err.Error() != "nope.txt: no such file or directory" {
+		t.Errorf("missing file: %v", err)
+	}
+	if _, err := h.svc.GetSession(ctx, "acme", "ses_nope"); !errors.Is(err, job.ErrNotFound) || strings.Contains(err.Error(), "job not found") {
+		t.Errorf("missing session: %v", err)
+	}
+}

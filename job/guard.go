@@ -41,10 +41,15 @@ func (s *Service) record(j *Job, d policy.Decision, now time.Time) *GuardRecord 
 	if !s.guardEnabled(j.Tenant) {
 		return nil
 	}
-	return &GuardRecord{
+	g := &GuardRecord{
 		Outcome: d.Outcome, Code: d.Code, Rule: d.Rule, Reason: d.Reason,
 		Remaining: d.Remaining, Spend: d.Spend, DecidedAt: now,
 	}
+	if d.RetryAfter > 0 {
+		at := now.Add(d.RetryAfter)
+		g.RetryAt = &at
+	}
+	return g
 }
 
 // refund gives back what the job's decision reserved (the job never ran).
@@ -83,9 +88,7 @@ func (s *Service) submitRefused(ctx context.Context, j *Job, d policy.Decision) 
 	e := s.newEntry(j, nil, nil)
 	if err := s.st.Create(ctx, j); err != nil {
 		if j.IdempotencyKey != "" && errors.Is(err, ErrConflict) {
-			if existing, gerr := s.st.GetByIdempotencyKey(ctx, j.Tenant, j.IdempotencyKey); gerr == nil {
-				return existing, false, nil
-			}
+			return s.replayAfterConflict(ctx, j, err)
 		}
 		return nil, false, fmt.Errorf("submit: %w", err)
 	}
@@ -106,6 +109,9 @@ func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, a
 		Rule: d.Rule, Reason: d.Reason, State: ApprovalPending,
 		CreatedAt: j.CreatedAt, ExpiresAt: j.CreatedAt.Add(s.approvalTimeout(j.Tenant)),
 	}
+	if j.Guard != nil {
+		j.Guard.ApprovalID = a.ID
+	}
 	e := s.newEntry(j, tool, args)
 	e.retry, e.hold, e.decided = req.Retry, req.Hold, make(chan struct{})
 	e.mu.Lock()
@@ -121,10 +127,7 @@ func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, a
 			e.mu.Unlock()
 			s.unregister(j.ID)
 			s.refund(j)
-			if existing, gerr := s.st.GetByIdempotencyKey(ctx, j.Tenant, j.IdempotencyKey); gerr == nil {
-				return existing, false, nil
-			}
-			return nil, false, fmt.Errorf("submit: %w", err)
+			return s.replayAfterConflict(ctx, j, err)
 		}
 		return fail(err)
 	}

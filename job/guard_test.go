@@ -122,6 +122,13 @@ rules:
 	if err != nil || len(list) != 1 || list[0].JobID != j.ID || list[0].Reason != "a human checks sums" {
 		t.Fatalf("pending approvals %+v, %v", list, err)
 	}
+	// The job names the approval it waits for, also as stored.
+	if j.Guard == nil || j.Guard.ApprovalID != list[0].ID {
+		t.Fatalf("job's guard %+v, want approval %s", j.Guard, list[0].ID)
+	}
+	if got, _ := h.svc.Get(t.Context(), "acme", j.ID); got.Guard == nil || got.Guard.ApprovalID != list[0].ID {
+		t.Fatalf("stored job's guard %+v", got.Guard)
+	}
 	if _, _, err := h.svc.ListApprovals(t.Context(), "other", job.ApprovalFilter{}); err != nil {
 		t.Fatal(err)
 	}
@@ -317,5 +324,29 @@ func TestApprovalOperatorAllTenants(t *testing.T) {
 	}
 	if done := h.wait(t, "globex", jg.ID); done.State != job.StateSucceeded || done.Result.Content != "4" {
 		t.Fatalf("approved by the operator: %s/%s %+v", done.State, done.Reason, done.Result)
+	}
+}
+
+// TestRateLimitedRetryAt: a call the rate limit refuses carries when a
+// retry may pass, machine-readable, on the job record (stored too).
+func TestRateLimitedRetryAt(t *testing.T) {
+	h := newHarness(t, withPolicy(t, "acme", `
+rate_limit:
+  rate: 0.5
+  burst: 1
+`))
+	first := h.submit(t, "acme", call("add", `{"a":1,"b":1}`))
+	if first.Guard == nil || first.Guard.RetryAt != nil {
+		t.Fatalf("allowed call's guard %+v", first.Guard)
+	}
+	j := h.submit(t, "acme", call("add", `{"a":1,"b":2}`))
+	if j.State != job.StateFailed || j.Reason != job.ReasonRateLimited || j.Guard == nil || j.Guard.RetryAt == nil {
+		t.Fatalf("refused call: %s/%s guard %+v", j.State, j.Reason, j.Guard)
+	}
+	if d := j.Guard.RetryAt.Sub(j.Guard.DecidedAt); d <= 0 || d > 2*time.Second {
+		t.Fatalf("retry at %v after the decision, want within the 2 s a token takes", d)
+	}
+	if got, _ := h.svc.Get(t.Context(), "acme", j.ID); got.Guard == nil || got.Guard.RetryAt == nil || !got.Guard.RetryAt.Equal(*j.Guard.RetryAt) {
+		t.Fatalf("stored guard %+v", got.Guard)
 	}
 }

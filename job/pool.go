@@ -2,8 +2,10 @@ package job
 
 import (
 	"context"
+	"io"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/ids"
 	"github.com/sandboxd/sandboxd/internal/workspace"
@@ -58,10 +60,18 @@ type pool struct {
 
 	mu        sync.Mutex
 	keys      map[poolKey]bool
-	templates map[poolKey]bool // per-tenant pools: keys without the tenant
+	templates map[poolKey]bool        // per-tenant pools: keys without the tenant
+	prestart  map[poolKey]*tools.Tool // by key without the tenant: the tool whose command a pooled sandbox starts ahead
 	ready     map[poolKey][]pooledSandbox
 	filling   map[poolKey]int
 	stopped   bool
+	// target is a key's ready sandboxes (default size): doubled at each
+	// miss up to maxReady and the memory budget, down by one each
+	// shrinkEvery without a miss (grow, shrink).
+	target   map[poolKey]int
+	lastMiss map[poolKey]time.Time
+	maxReady int
+	shrink   time.Duration // shrinkEvery when the pool was made
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -72,7 +82,9 @@ func newPool(s *Service) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &pool{
 		s: s, size: s.cfg.Pool.Ready(),
-		keys: map[poolKey]bool{}, templates: map[poolKey]bool{}, ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
+		keys: map[poolKey]bool{}, templates: map[poolKey]bool{}, prestart: map[poolKey]*tools.Tool{},
+		ready: map[poolKey][]pooledSandbox{}, filling: map[poolKey]int{},
+		target: map[poolKey]int{}, lastMiss: map[poolKey]time.Time{}, maxReady: max(s.cfg.Pool.MaxReady, s.cfg.Pool.Ready()), shrink: shrinkEvery,
 		ctx: ctx, cancel: cancel,
 	}
 }
@@ -96,6 +108,9 @@ func (p *pool) start() {
 			continue
 		}
 		k := poolKey{iso: policy.Compile(t.Effects).Spec, limits: limits}
+		if t.Name == "python_repl" && !p.s.cfg.Pool.NoPrestart {
+			p.prestart[k] = t
+		}
 		if p.s.tenantCPU() {
 			p.templates[k] = true
 			continue
@@ -106,14 +121,27 @@ func (p *pool) start() {
 		}
 	}
 	p.mu.Unlock()
+	if p.maxReady > p.size {
+		p.wg.Go(p.shrinkLoop)
+	}
 	for _, k := range keys {
 		p.refill(k)
 	}
 }
 
+// takeHit is take counting a hit but no miss (sessions).
+func (p *pool) takeHit(k poolKey) (pooledSandbox, bool) {
+	ps, ok, _ := p.takeCounting(k, false)
+	return ps, ok
+}
+
 // take returns a ready sandbox of key. pooled is false when key is not a
 // pooled profile (no hit or miss is counted).
 func (p *pool) take(k poolKey) (ps pooledSandbox, ok, pooled bool) {
+	return p.takeCounting(k, true)
+}
+
+func (p *pool) takeCounting(k poolKey, countMiss bool) (ps pooledSandbox, ok, pooled bool) {
 	if !p.enabled() {
 		return ps, false, false
 	}
@@ -135,8 +163,9 @@ func (p *pool) take(k poolKey) (ps pooledSandbox, ok, pooled bool) {
 	if ok {
 		p.s.m.poolHits.Inc()
 		p.s.m.poolReady.WithLabelValues(k.imageLabel()).Dec()
-	} else {
+	} else if countMiss {
 		p.s.m.poolMisses.Inc()
+		p.grow(k)
 	}
 	p.refill(k)
 	return ps, ok, true
@@ -159,6 +188,61 @@ func (p *pool) refillAll() {
 	}
 }
 
+// targetLocked is k's ready sandboxes to keep. Call with p.mu held.
+func (p *pool) targetLocked(k poolKey) int {
+	if t, ok := p.target[k]; ok {
+		return t
+	}
+	return p.size
+}
+
+// grow doubles k's target after a miss, within maxReady and the memory
+// budget (the cap on sandboxes alive bounds every refill anyway).
+func (p *pool) grow(k poolKey) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := min(max(2*p.targetLocked(k), 1), p.maxReady)
+	if b, m := p.s.cfg.Pool.MemoryBudget, k.limits.MemoryBytes; b > 0 && m > 0 {
+		t = min(t, max(int(b/m), p.size))
+	}
+	p.target[k] = max(t, p.targetLocked(k))
+	p.lastMiss[k] = time.Now()
+}
+
+// shrinkEvery is how long a grown key goes without a miss before its
+// target drops by one (and a ready sandbox past it is destroyed).
+var shrinkEvery = time.Minute
+
+// shrinkLoop lowers grown targets while no job misses.
+func (p *pool) shrinkLoop() {
+	t := time.NewTicker(p.shrink)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		}
+		var extra []pooledSandbox
+		p.mu.Lock()
+		for k, n := range p.target {
+			if n <= p.size || time.Since(p.lastMiss[k]) < p.shrink {
+				continue
+			}
+			p.target[k] = n - 1
+			if q := p.ready[k]; len(q) > n-1 {
+				extra = append(extra, q[len(q)-1])
+				p.ready[k] = q[:len(q)-1]
+				p.s.m.poolReady.WithLabelValues(k.imageLabel()).Dec()
+			}
+		}
+		p.mu.Unlock()
+		for _, ps := range extra {
+			p.destroy(ps)
+		}
+	}
+}
+
 // refill starts creating sandboxes until key has size ready or being
 // created, or the sandbox cap is reached.
 func (p *pool) refill(k poolKey) {
@@ -167,7 +251,7 @@ func (p *pool) refill(k poolKey) {
 	if p.stopped {
 		return
 	}
-	for len(p.ready[k])+p.filling[k] < p.size {
+	for len(p.ready[k])+p.filling[k] < p.targetLocked(k) {
 		if !p.s.reserveSandbox(false) {
 			return
 		}
@@ -198,6 +282,9 @@ func (p *pool) create(k poolKey) {
 	if err == nil {
 		sb, err = s.r.Create(p.ctx, spec)
 	}
+	if err == nil {
+		p.startAhead(k, sb)
+	}
 	p.mu.Lock()
 	p.filling[k]--
 	if err != nil {
@@ -218,6 +305,94 @@ func (p *pool) create(k poolKey) {
 	p.ready[k] = append(p.ready[k], pooledSandbox{sb: sb, ws: ws})
 	p.mu.Unlock()
 	s.m.poolReady.WithLabelValues(k.imageLabel()).Inc()
+}
+
+// startAhead starts, in a new pooled sandbox of k, the command of the
+// key's prestarted tool (python_repl's interpreter, which reads its code
+// from stdin) as a job of the tool would run it with the key's limits:
+// the job's Exec then only hands it the code (runner.Prestarter). The
+// sandbox still serves one job; another tool's command finds the
+// interpreter gone. A failure only costs that job the start-up.
+func (p *pool) startAhead(k poolKey, sb runner.Sandbox) {
+	p.mu.Lock()
+	tk := k
+	tk.tenant = ""
+	t := p.prestart[tk]
+	p.mu.Unlock()
+	ps, ok := sb.(runner.Prestarter)
+	if t == nil || !ok {
+		return
+	}
+	pr, err := prestartProcess(t, k.limits)
+	if err == nil {
+		err = ps.Prestart(p.ctx, pr)
+	}
+	if err != nil && p.ctx.Err() == nil {
+		p.s.log.Debug("pool: prestart", "sandbox", sb.ID(), "tool", t.Name, "err", err)
+	}
+	// A session may take the sandbox: its REPL's interpreter too (a
+	// one-shot job's Exec kills it before it runs).
+	if as, ok := sb.(runner.AgentSandbox); ok && as.Agent() != nil {
+		if err := as.Agent().WarmREPL(p.ctx); err != nil && p.ctx.Err() == nil {
+			p.s.log.Debug("pool: warm the REPL", "sandbox", sb.ID(), "err", err)
+		}
+	}
+}
+
+// takePooledSession takes for a new session a pooled sandbox that fits
+// it: the same image, isolation (its effects, without http: pooled
+// profiles have no egress) and limits, with a workspace of its own made
+// with those limits. The image was held to the allowlist before
+// (CreateSession). nil when none fits or is ready (no miss is counted:
+// misses are one-shot jobs'); the caller creates a sandbox then.
+func (s *Service) takePooledSession(ls *liveSession) *pooledSandbox {
+	iso := policy.Compile(ls.sess.Effects).Spec
+	if iso.Network != runner.NetworkNone {
+		return nil
+	}
+	k := poolKey{image: ls.sess.Image, iso: iso, limits: ls.sess.Limits}
+	if s.tenantCPU() { // pooled sandboxes are in their tenant's CPU group
+		k.tenant = ls.sess.Tenant
+	}
+	ps, ok := s.pool.takeHit(k)
+	if !ok {
+		return nil
+	}
+	if ps.ws == nil { // a session always has a workspace (uploads)
+		s.releases.Go(func() { s.pool.destroy(ps); s.pool.refillAll() })
+		return nil
+	}
+	return &ps
+}
+
+// usePooledSession makes ls's pooled sandbox the session's: its workspace
+// becomes the session's (ls.dir, ls.ws) and the process held for a
+// one-shot call is dropped; the REPL the pool warmed is the session's.
+func (s *Service) usePooledSession(ctx context.Context, ls *liveSession) runner.Sandbox {
+	ps := ls.pooled
+	if as, ok := ps.sb.(runner.AgentSandbox); ok && as.Agent() != nil {
+		if err := as.Agent().Prestart(ctx, nil); err != nil {
+			s.log.Debug("pool: drop the held process", "sandbox", ps.sb.ID(), "err", err)
+		}
+	}
+	ls.dir, ls.ws = ps.ws.Dir, ps.ws
+	return ps.sb
+}
+
+// prestartProcess is the process a job of t with default arguments and
+// limits runs (runSandboxed), without its stdin: the code.
+func prestartProcess(t *tools.Tool, limits runner.Limits) (runner.Process, error) {
+	cmd, err := t.Command(map[string]any{"code": "pass"})
+	if err != nil {
+		return runner.Process{}, err
+	}
+	timeout := limits.Timeout
+	if cmd.Timeout > 0 && (timeout == 0 || cmd.Timeout < timeout) {
+		timeout = cmd.Timeout
+	}
+	pr := commandProcess(cmd, t.HasEffect(tools.EffectHTTP), timeout, io.Discard, io.Discard)
+	pr.Stdin = nil
+	return pr, nil
 }
 
 // destroy closes a pooled sandbox and removes its workspace.

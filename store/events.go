@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,43 +18,38 @@ import (
 // each, well under SQLite's 32766 bound variables).
 const maxEventsPerInsert = 200
 
-// AppendEvents implements job.Store: the whole batch is one transaction,
-// multi-row INSERTs of up to maxEventsPerInsert events each.
-func (s *SQLite) AppendEvents(ctx context.Context, evs []job.EventRecord) (err error) {
+// AppendEvents implements job.Store: the whole batch goes into one
+// transaction, shared with the job writes queued meanwhile (group commit),
+// as multi-row INSERTs of up to maxEventsPerInsert events each.
+func (s *SQLite) AppendEvents(ctx context.Context, evs []job.EventRecord) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	err := s.group.Do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for rest := evs; len(rest) > 0; {
+			n := min(len(rest), maxEventsPerInsert)
+			var q strings.Builder
+			q.WriteString(`INSERT INTO job_events (job_id, seq, type, time, data) VALUES `)
+			args := make([]any, 0, 5*n)
+			for i, ev := range rest[:n] {
+				if i > 0 {
+					q.WriteString(", ")
+				}
+				q.WriteString("(?, ?, ?, ?, ?)")
+				args = append(args, ev.JobID, ev.Seq, string(ev.Type), ev.Time.UnixNano(), []byte(ev.Data))
+			}
+			q.WriteString(` ON CONFLICT (job_id, seq) DO NOTHING`)
+			if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+				return err
+			}
+			rest = rest[n:]
+		}
+		return nil
+	})
+	if isForeignKey(err) {
+		return fmt.Errorf("append events: %w: no such job", job.ErrNotFound)
+	}
 	if err != nil {
-		return fmt.Errorf("append events: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	for len(evs) > 0 {
-		n := min(len(evs), maxEventsPerInsert)
-		var q strings.Builder
-		q.WriteString(`INSERT INTO job_events (job_id, seq, type, time, data) VALUES `)
-		args := make([]any, 0, 5*n)
-		for i, ev := range evs[:n] {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString("(?, ?, ?, ?, ?)")
-			args = append(args, ev.JobID, ev.Seq, string(ev.Type), ev.Time.UnixNano(), []byte(ev.Data))
-		}
-		q.WriteString(` ON CONFLICT (job_id, seq) DO NOTHING`)
-		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-			if isForeignKey(err) {
-				return fmt.Errorf("append events: %w: no such job", job.ErrNotFound)
-			}
-			return fmt.Errorf("append events: %w", err)
-		}
-		evs = evs[n:]
-	}
-	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
 	return nil

@@ -381,3 +381,64 @@ func TestListFiltersAndCallback(t *testing.T) {
 		t.Errorf("job without a callback reads back %+v", got.Callback)
 	}
 }
+
+// Concurrent jobs' writes share transactions (group commit), each still
+// durable on its own: every job's three writes are there after a reopen,
+// and fewer transactions than writes ran.
+func TestGroupCommit(t *testing.T) {
+	t.Parallel()
+	s, path := openTemp(t)
+	ctx := t.Context()
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			j := newJob(fmt.Sprintf("g%d", i), "acme", base.Add(time.Duration(i)*time.Microsecond))
+			if err := s.Create(ctx, j); err != nil {
+				errs <- err
+				return
+			}
+			j.State, j.Attempts = job.StateRunning, 1
+			if err := s.Update(ctx, j); err != nil {
+				errs <- err
+				return
+			}
+			j.State = job.StateSucceeded
+			if err := s.Update(ctx, j); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st := s.GroupStats()
+	t.Logf("group commit: %+v", st)
+	if st.Writes != 3*n || st.Batches >= st.Writes {
+		t.Errorf("stats %+v: want %d writes in fewer transactions", st, 3*n)
+	}
+	if err := s.Update(ctx, newJob("missing", "acme", base)); !errors.Is(err, job.ErrNotFound) {
+		t.Errorf("Update of a missing job = %v", err)
+	}
+	s.Close()
+	r, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	jobs, _, err := r.List(ctx, "acme", job.ListFilter{Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != n {
+		t.Fatalf("%d jobs after reopen, want %d", len(jobs), n)
+	}
+	for _, j := range jobs {
+		if j.State != job.StateSucceeded || j.Attempts != 1 {
+			t.Errorf("job %s: %s attempts %d", j.ID, j.State, j.Attempts)
+		}
+	}
+}

@@ -70,6 +70,9 @@ func (f *Fake) Submit(ctx context.Context, tenant string, req job.SubmitRequest)
 		if id, ok := f.idem[tenant+"\x00"+req.IdempotencyKey]; ok {
 			snap := *f.jobs[id].j
 			f.mu.Unlock()
+			if snap.Tool != req.Call.Name { // as job.Service judges another request
+				return nil, false, fmt.Errorf("%w: Idempotency-Key %q was used for job %s, a different request", job.ErrIdempotencyKeyReused, req.IdempotencyKey, snap.ID)
+			}
 			return &snap, false, nil
 		}
 	}
@@ -159,6 +162,16 @@ func (f *Fake) Start(id string) {
 	e.j.StartedAt, e.j.State = &t, job.StateRunning
 	e.j.Attempts++
 	f.emitLocked(e, job.EventStarted, "")
+	f.notifyLocked()
+}
+
+// Hold moves a queued job to pending_approval, waiting for approvalID.
+func (f *Fake) Hold(id, approvalID, reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.jobs[id]
+	e.j.State = job.StatePendingApproval
+	e.j.Guard = &job.GuardRecord{Outcome: "confirm", Rule: "rules[0]", Reason: reason, ApprovalID: approvalID, DecidedAt: now()}
 	f.notifyLocked()
 }
 

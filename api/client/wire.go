@@ -22,6 +22,9 @@ type wireSubmit struct {
 	SessionID      string            `json:"session_id,omitempty"`
 	Tags           []string          `json:"tags,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
+	// Guard: the decision, with the approval a pending job waits for and
+	// when a refused call may be retried.
+	Guard *job.GuardRecord `json:"guard,omitempty"`
 }
 
 type wireLimits struct {
@@ -74,6 +77,9 @@ type wireJob struct {
 	Tags           []string          `json:"tags,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	Cached         bool              `json:"cached,omitempty"`
+	// Guard: the decision, with the approval a pending job waits for and
+	// when a refused call may be retried.
+	Guard *job.GuardRecord `json:"guard,omitempty"`
 }
 
 func (w *wireJob) job() *job.Job {
@@ -82,7 +88,7 @@ func (w *wireJob) job() *job.Job {
 		IdempotencyKey: w.IdempotencyKey, Runner: w.Runner, SessionID: w.SessionID, Limits: w.Limits.limits(),
 		State: w.State, Reason: w.Reason, Result: w.Result, Attempts: w.Attempts,
 		CreatedAt: w.CreatedAt, StartedAt: w.StartedAt, FinishedAt: w.FinishedAt,
-		Tags: nonEmpty(w.Tags), Metadata: nonEmptyMap(w.Metadata), Cached: w.Cached,
+		Tags: nonEmpty(w.Tags), Metadata: nonEmptyMap(w.Metadata), Cached: w.Cached, Guard: w.Guard,
 	}
 }
 
@@ -117,7 +123,7 @@ func toWire(j *job.Job) wireJob {
 		IdempotencyKey: j.IdempotencyKey, Runner: j.Runner, SessionID: j.SessionID, Limits: fromLimits(j.Limits),
 		State: j.State, Reason: j.Reason, Result: j.Result, Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
-		Tags: j.Tags, Metadata: j.Metadata, Cached: j.Cached,
+		Tags: j.Tags, Metadata: j.Metadata, Cached: j.Cached, Guard: j.Guard,
 	}
 }
 

@@ -168,6 +168,30 @@ func TestRunWaitsPastSubmit(t *testing.T) {
 	}
 }
 
+// TestRunAnnouncesApproval: a job that waits for a human's approval says
+// so on stderr at once, with the approval's ID and how to decide it, and
+// the result prints once it is decided.
+func TestRunAnnouncesApproval(t *testing.T) {
+	t.Parallel()
+	ts := newTestServer(t, nil)
+	go func() {
+		for {
+			if jobs, _, _ := ts.fake.List(context.Background(), "default", jobFilter()); len(jobs) > 0 {
+				ts.fake.Hold(jobs[0].ID, "apr_123", "writes need a human")
+				time.Sleep(approvalPoll + time.Second) // past the first poll
+				ts.fake.Finish(jobs[0].ID, &tools.Result{OK: true, Content: "approved and done"})
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	r := runCLI(t, map[string]string{"SANDBOXD_URL": ts.url}, nil, "run", "slow", "--wait", "10s")
+	if r.code != 0 || r.stdout != "approved and done\n" || !strings.Contains(r.stderr, "waits for approval apr_123 (writes need a human)") ||
+		!strings.Contains(r.stderr, "/v1/approvals/apr_123") || !strings.Contains(r.stderr, `"decision":"approve"`) {
+		t.Fatalf("approval: %+v", r)
+	}
+}
+
 func TestRunAuthAndUnreachable(t *testing.T) {
 	t.Parallel()
 	ts := newTestServer(t, map[string]string{"sekrit": "t1"})

@@ -153,22 +153,57 @@ func cmdRun(ctx context.Context, args []string, e env) int {
 		}
 		return min(time.Until(deadline), 5*time.Minute)
 	}
+	// A wait returns when the job is terminal: until the job runs (or its
+	// approval is announced) polls are short, so that a job held for a
+	// human's approval is said at once, not after the whole wait.
+	short := func(l time.Duration) time.Duration { return min(l, approvalPoll) }
+	announced := false
 	c := cf.client()
-	j, err := c.Submit(ctx, client.SubmitRequest{Tool: pos[0], Arguments: argJSON, SessionID: *session}, max(left(), time.Millisecond))
+	j, err := c.Submit(ctx, client.SubmitRequest{Tool: pos[0], Arguments: argJSON, SessionID: *session}, max(short(left()), time.Millisecond))
 	if err != nil {
 		return reportError(e, cf.url, err)
 	}
 	for !j.State.Terminal() {
+		if j.State == job.StatePendingApproval && !announced {
+			announceApproval(e, cf.url, j)
+			announced = true
+		}
 		l := left()
 		if l <= 0 {
 			fmt.Fprintf(e.stderr, "sandboxd run: job %s still %s after %s\n", j.ID, j.State, *wait)
 			return exitUnreachable
+		}
+		if !announced && (j.State == job.StateQueued || j.State == job.StatePendingApproval) {
+			l = short(l)
 		}
 		if j, err = c.Get(ctx, j.ID, l); err != nil {
 			return reportError(e, cf.url, err)
 		}
 	}
 	return printJob(e, j, *output)
+}
+
+// approvalPoll bounds a poll of a job that has not started: a job may be
+// held for approval (announced at once).
+const approvalPoll = 2 * time.Second
+
+// announceApproval tells the person at the terminal that the job waits
+// for a human's decision, which approval, and how to decide it.
+func announceApproval(e env, url string, j *job.Job) {
+	id, why := "", ""
+	if g := j.Guard; g != nil {
+		id, why = g.ApprovalID, g.Reason
+	}
+	if id == "" {
+		fmt.Fprintf(e.stderr, "sandboxd run: job %s waits for an approval (GET %s/v1/approvals lists the pending ones)\n", j.ID, url)
+		return
+	}
+	if why != "" {
+		why = " (" + why + ")"
+	}
+	fmt.Fprintf(e.stderr, "sandboxd run: job %s waits for approval %s%s; decide it with\n"+
+		"  curl -X POST %s/v1/approvals/%s -d '{\"decision\":\"approve\"}'   # or \"deny\", with a \"reason\"\n"+
+		"or on the console's approvals page (%s/#/approvals)\n", j.ID, id, why, url, id, url)
 }
 
 // printJob prints the result and returns 0 when the tool succeeded, else 1.

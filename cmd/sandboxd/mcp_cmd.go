@@ -191,10 +191,17 @@ func (r *relay) headers(req *http.Request) {
 	}
 }
 
+// write writes one message as one line (compacted: stdio frames are
+// lines); what is not JSON is dropped.
 func (r *relay) write(msg []byte) {
+	var b bytes.Buffer
+	if json.Compact(&b, msg) != nil {
+		return
+	}
+	b.WriteByte('\n')
 	r.outMu.Lock()
 	defer r.outMu.Unlock()
-	_, _ = r.out.Write(append(bytes.TrimSpace(msg), '\n'))
+	_, _ = r.out.Write(b.Bytes())
 }
 
 // post sends one message and relays what the server answers.

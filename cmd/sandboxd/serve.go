@@ -183,6 +183,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// out like any other's.
 	mcpSrv := mcpserver.New(svc, mcpserver.Options{Version: versionString(),
 		IdleTimeout: time.Duration(cfg.Sessions.DefaultIdle), Logger: log.With("component", "mcp")})
+	defer mcpSrv.Wait() // sessions being closed as their MCP session ended, before the runner closes
 	if stdio := stdioMCPFrom(ctx); stdio != nil {
 		var stopServe context.CancelFunc
 		ctx, stopServe = context.WithCancel(ctx)

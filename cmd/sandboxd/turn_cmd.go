@@ -85,7 +85,8 @@ Flags:`)
 	announced := false
 	for !t.Completed() {
 		if t.State == "pending_approval" && !announced {
-			fmt.Fprintf(e.stderr, "sandboxd turn: batch %s waits for an approval (sandboxd approvals, POST /v1/approvals/{id})\n", t.ID)
+			fmt.Fprintf(e.stderr, "sandboxd turn: batch %s waits for an approval: GET %s/v1/approvals lists the pending ones, "+
+				"POST %s/v1/approvals/{id} -d '{\"decision\":\"approve\"}' (or \"deny\") decides one, as does the console (%s/#/approvals)\n", t.ID, cf.url, cf.url, cf.url)
 			announced = true
 		}
 		l := left()

@@ -22,6 +22,7 @@ import (
 var (
 	_ runner.Sandbox      = (*Sandbox)(nil)
 	_ runner.AgentSandbox = (*Sandbox)(nil)
+	_ runner.Prestarter   = (*Sandbox)(nil)
 )
 
 // Sandbox is one containerd container whose task runs the agent as pid 1.
@@ -95,6 +96,11 @@ func (s *Sandbox) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
+}
+
+// Prestart implements runner.Prestarter.
+func (s *Sandbox) Prestart(ctx context.Context, p runner.Process) error {
+	return hostside.Prestart(ctx, s.id, s.isClosed(), s.Agent(), p, s.limits, s.spec.Isolation.Workspace)
 }
 
 // Exec implements runner.Sandbox: the agent runs the process.

@@ -21,6 +21,7 @@ import (
 
 var (
 	_ runner.Sandbox                     = (*Sandbox)(nil)
+	_ runner.Prestarter                  = (*Sandbox)(nil)
 	_ interface{ Agent() *agent.Client } = (*Sandbox)(nil) // runner.AgentSandbox
 )
 
@@ -105,6 +106,11 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w%s", s.id, runner.ErrUnavailable, err, note)
 	}
 	return hostside.ExecResult(ar, req, s.limits, s.cg, before, after), nil
+}
+
+// Prestart implements runner.Prestarter.
+func (s *Sandbox) Prestart(ctx context.Context, p runner.Process) error {
+	return hostside.Prestart(ctx, s.id, s.isClosed(), s.Agent(), p, s.limits, s.spec.Isolation.Workspace)
 }
 
 // killOnProtocolError kills the container when its agent broke the

@@ -18,6 +18,7 @@ import (
 var (
 	_ runner.Sandbox      = (*Sandbox)(nil)
 	_ runner.AgentSandbox = (*Sandbox)(nil)
+	_ runner.Prestarter   = (*Sandbox)(nil)
 )
 
 // Sandbox is a local sandbox: its namespaces with the agent as pid 1, its
@@ -55,6 +56,11 @@ func (s *Sandbox) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
+}
+
+// Prestart implements runner.Prestarter.
+func (s *Sandbox) Prestart(ctx context.Context, p runner.Process) error {
+	return hostside.Prestart(ctx, s.spec.ID, s.isClosed(), s.client, p, s.limits, s.spec.Isolation.Workspace)
 }
 
 // Exec implements runner.Sandbox: the agent runs the process as the code

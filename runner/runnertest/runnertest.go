@@ -104,6 +104,7 @@ func Run(t *testing.T, f Factory) {
 		{"AgentSocket", s.testAgentSocket},
 		{"AgentFilesOwned", s.testAgentFilesOwned},
 		{"AgentFiles", s.testAgentFiles},
+		{"Prestart", s.testPrestart},
 		{"REPLState", s.testREPLState},
 		{"REPLInterrupt", s.testREPLInterrupt},
 		{"REPLArtifacts", s.testREPLArtifacts},

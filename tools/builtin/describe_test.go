@@ -3,6 +3,7 @@ package builtin
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -45,4 +46,26 @@ func TestPythonDescribe(t *testing.T) {
 	if py.Description != pythonDescribe(tools.Where{}) || py.DescriptionIn(tools.Where{Session: true}) == py.Description {
 		t.Errorf("Description %q", py.Description)
 	}
+}
+
+// FuzzExceptionLine: the exception line is read from the code's stderr
+// (anything the code printed): never a panic, one line, bounded, valid
+// UTF-8, and only after a traceback of a cell.
+func FuzzExceptionLine(f *testing.F) {
+	f.Add("Traceback (most recent call last):\n  File \"<cell>\", line 1, in <module>\nZeroDivisionError: division by zero\n")
+	f.Add("  File \"<cell-3>\", line 1\n    def (:\n        ^\nSyntaxError: invalid syntax\n")
+	f.Add("no traceback\n")
+	f.Add("  File \"<cell\xff")
+	f.Fuzz(func(t *testing.T, stderr string) {
+		line := exceptionLine(stderr)
+		if line == "" {
+			return
+		}
+		if strings.Contains(line, "\n") || len(line) > maxExceptionLine+4 || !utf8.ValidString(line) && utf8.ValidString(stderr) {
+			t.Fatalf("exception line %q", line)
+		}
+		if !strings.Contains(stderr, "  File \"<cell") {
+			t.Fatalf("a line %q without a traceback", line)
+		}
+	})
 }

@@ -174,3 +174,28 @@ func ExecError(ctx context.Context, id string, closed func() bool, err error) (_
 	}
 	return nil, false
 }
+
+// Prestart starts p in a container sandbox ahead of its Exec
+// (runner.Prestarter): the agent holds it, waiting on its stdin, for the
+// first Exec of the same process. p is checked and converted as Exec
+// converts it; its Stdin must be nil (the Exec brings it) and it must not
+// be long-lived.
+func Prestart(ctx context.Context, id string, closed bool, cl *agent.Client, p runner.Process, limits runner.Limits, mode runner.WorkspaceMode) error {
+	if err := CanExec(ctx, id, closed); err != nil {
+		return err
+	}
+	if p.Stdin != nil || p.LongLived {
+		return fmt.Errorf("prestart: a prestarted process gets its stdin from its Exec and is not long-lived: %w", runner.ErrInvalidSpec)
+	}
+	req, _, err := ExecRequest(p, limits, mode)
+	if err != nil {
+		return err
+	}
+	if cl == nil {
+		return fmt.Errorf("prestart in sandbox %s: %w", id, runner.ErrUnavailable)
+	}
+	if err := cl.Prestart(ctx, &req); err != nil {
+		return fmt.Errorf("prestart in sandbox %s: %w", id, err)
+	}
+	return nil
+}
