@@ -35,6 +35,7 @@ const (
 	CodeDiskFull         = "disk_full"
 	// CodeIdempotencyKeyReused: the key was used for a different request.
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	CodeStoreUnavailable     = "store_unavailable"
 )
 
 // Error is an API error: an HTTP status and the JSON error body. Handlers
@@ -119,6 +120,8 @@ func (s *server) classify(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error(), RetryAfter: 5}
 	case errors.Is(err, job.ErrHostDiskFull):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeDiskFull, Message: err.Error(), RetryAfter: 30}
+	case errors.Is(err, job.ErrStoreUnavailable):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeStoreUnavailable, Message: "the job store is unavailable; nothing was recorded, retry later", RetryAfter: 2}
 	case errors.Is(err, job.ErrShutdown):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Message: "the service is shutting down", RetryAfter: 5}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -61,6 +62,14 @@ func checkKey(k Key, v reflect.Value, bad func(string, ...any)) {
 				bad("%s %s: want HOST:PORT (%v)", k.Path, shown, err)
 			} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 				bad("%s %s: port %q is not a number from 0 to 65535", k.Path, shown, port)
+			}
+		case "store":
+			if s := v.String(); s != "" && s != "sqlite" {
+				if !strings.HasPrefix(s, "postgres://") && !strings.HasPrefix(s, "postgresql://") {
+					bad("%s: want sqlite or a postgres:// URL", k.Path)
+				} else if _, err := url.Parse(s); err != nil {
+					bad("%s: not a valid postgres:// URL", k.Path) // the URL may hold a password: not shown
+				}
 			}
 		case "oneof":
 			ok := false

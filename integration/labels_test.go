@@ -44,7 +44,14 @@ labels:
 		return j
 	}
 	calc := func(tags []string, md map[string]string) map[string]any {
-		return map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": "6*7"}, "tags": tags, "metadata": md}
+		body := map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": "6*7"}}
+		if tags != nil { // a null member is refused: leave it out
+			body["tags"] = tags
+		}
+		if md != nil {
+			body["metadata"] = md
+		}
+		return body
 	}
 	a := submit("key-alice", calc([]string{"langchain", "run-1", "langchain"}, map[string]string{"run_id": "r-1", "trace.id": "t-1"}))
 	if !slices.Equal(a.Tags, []string{"langchain", "run-1"}) || a.Metadata["run_id"] != "r-1" || a.Metadata["trace.id"] != "t-1" {

@@ -52,6 +52,10 @@ var (
 	// ErrIdempotencyKeyReused: an Idempotency-Key the tenant used for a
 	// different request (tool, arguments, session or limits); 422.
 	ErrIdempotencyKeyReused = errors.New("Idempotency-Key reused")
+	// ErrStoreUnavailable: the store cannot take the write or read now
+	// (the database is unreachable, shutting down or full); nothing was
+	// written. 503 with Retry-After: new work waits until it is back.
+	ErrStoreUnavailable = errors.New("store unavailable")
 )
 
 // infraCause wraps an infrastructure error with the sentinel of its cause

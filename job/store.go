@@ -9,7 +9,7 @@ import (
 )
 
 // Store is the durable record of jobs the service consumes. Package store
-// implements it (SQLite); the service never imports a backend.
+// implements it (SQLite, Postgres); the service never imports a backend.
 //
 // Every method is safe for concurrent use. Jobs passed in and returned are
 // owned by the caller: a Store copies what it keeps.

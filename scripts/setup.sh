@@ -13,12 +13,18 @@ command -v ps >/dev/null 2>&1 || need+=(procps)
 /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || need+=(python3-matplotlib) # the local runner's REPL artifacts (runnertest)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap) # the local runner's benchmark baseline
 [ -x /usr/bin/linux.uml ] || need+=(user-mode-linux) # the local runner's cgroup v2 test (a v2 kernel as a process)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql) # the Postgres store's tests (store/pgtest starts its own server; no systemd)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose) # integration/compose_test.go: Debian's docker-compose 1.29
 
 if [ "${#need[@]}" -gt 0 ]; then
 	echo "setup: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
+	if [[ " ${need[*]} " == *" postgresql "* ]]; then
+		# Tests start their own server in a temp dir: no system cluster.
+		mkdir -p /etc/postgresql-common/createcluster.d
+		echo 'create_main_cluster = false' >/etc/postgresql-common/createcluster.d/sandboxd.conf
+	fi
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 

@@ -36,7 +36,7 @@ func (s *SQLite) CreateApproval(ctx context.Context, a *job.Approval) error {
 		return fmt.Errorf("create approval %s: %w: id or job already has one", a.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("create approval %s: %w", a.ID, err)
+		return fmt.Errorf("create approval %s: %w", a.ID, sqliteErr(err))
 	}
 	return nil
 }
@@ -57,7 +57,7 @@ func (s *SQLite) DecideApproval(ctx context.Context, a *job.Approval) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_at = ?, decision_reason = ?
 		WHERE id = ? AND state = 'pending'`, string(a.State), nullTime(a.DecidedAt), a.DecisionReason, a.ID)
 	if err != nil {
-		return fmt.Errorf("decide approval %s: %w", a.ID, err)
+		return fmt.Errorf("decide approval %s: %w", a.ID, sqliteErr(err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {

@@ -27,7 +27,7 @@ func (s *SQLite) PutArtifact(ctx context.Context, jobID string, a tools.Artifact
 	case isConstraint(err):
 		return fmt.Errorf("put artifact %s of job %s: %w: name already used", a.Name, jobID, job.ErrConflict)
 	case err != nil:
-		return fmt.Errorf("put artifact %s of job %s: %w", a.Name, jobID, err)
+		return fmt.Errorf("put artifact %s of job %s: %w", a.Name, jobID, sqliteErr(err))
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ func (s *SQLite) AppendEvents(ctx context.Context, evs []job.EventRecord) error 
 		return fmt.Errorf("append events: %w: no such job", job.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("append events: %w", err)
+		return fmt.Errorf("append events: %w", sqliteErr(err))
 	}
 	return nil
 }
@@ -92,4 +92,21 @@ func (s *SQLite) ListEvents(ctx context.Context, jobID string, after, limit int)
 func isForeignKey(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+// sqliteErr marks a write SQLite could not take: the database or disk is
+// full as job.ErrHostDiskFull (the API's 503 disk_full), and that or a
+// file that cannot be written or opened as job.ErrStoreUnavailable; the
+// transaction left nothing behind. Other errors are returned as they are.
+func sqliteErr(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_FULL:
+			return fmt.Errorf("%w: %w: %w", job.ErrHostDiskFull, job.ErrStoreUnavailable, err)
+		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN:
+			return fmt.Errorf("%w: %w", job.ErrStoreUnavailable, err)
+		}
+	}
+	return err
 }

@@ -55,14 +55,21 @@ func decodeLabels(t, m sql.NullString) ([]string, map[string]string, error) {
 }
 
 // labelWhere is f as SQL conditions on the tags and metadata columns,
-// every one of them required.
-func labelWhere(f job.LabelFilter) (where []string, args []any) {
+// every one of them required, with ? placeholders (page.sql numbers them
+// for Postgres): SQLite's json_each, or Postgres's jsonb functions.
+func labelWhere(f job.LabelFilter, postgres bool) (where []string, args []any) {
+	tag := "EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?)"
+	meta := "EXISTS (SELECT 1 FROM json_each(metadata) WHERE key = ? AND value = ?)"
+	if postgres {
+		tag = "EXISTS (SELECT 1 FROM jsonb_array_elements_text(tags::jsonb) AS t(v) WHERE t.v = ?)"
+		meta = "EXISTS (SELECT 1 FROM jsonb_each_text(metadata::jsonb) AS m(k, v) WHERE m.k = ? AND m.v = ?)"
+	}
 	for _, t := range f.Tags {
-		where = append(where, "EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?)")
+		where = append(where, tag)
 		args = append(args, t)
 	}
 	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
-		where = append(where, "EXISTS (SELECT 1 FROM json_each(metadata) WHERE key = ? AND value = ?)")
+		where = append(where, meta)
 		args = append(args, k, f.Metadata[k])
 	}
 	return where, args

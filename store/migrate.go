@@ -3,9 +3,25 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
+
+// ErrSchemaTooNew: the database was migrated by a newer sandboxd than this
+// one. Open refuses it rather than run against a schema it does not know
+// (a downgrade needs the newer binary's data exported, or a backup).
+var ErrSchemaTooNew = errors.New("the database schema is newer than this sandboxd")
+
+// checkSchemaVersion refuses a database at version have when this binary
+// knows versions up to known.
+func checkSchemaVersion(have, known int) error {
+	if have > known {
+		return fmt.Errorf("%w: the database is at schema version %d, this sandboxd knows versions up to %d; "+
+			"run the sandboxd that migrated it (or a newer one)", ErrSchemaTooNew, have, known)
+	}
+	return nil
+}
 
 // migrations are applied in order; migrations[i] is version i+1. Never edit
 // a released migration: append a new one. Each runs in its own transaction
@@ -129,6 +145,13 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		applied_at INTEGER NOT NULL
 	)`); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	var have int
+	if err := db.QueryRowContext(ctx, `SELECT IFNULL(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("schema version: %w", err)
+	}
+	if err := checkSchemaVersion(have, len(migrations)); err != nil {
+		return err
 	}
 	for i, stmt := range migrations {
 		if err := apply(ctx, db, i+1, stmt); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,48 +30,90 @@ type page struct {
 	cursor string
 }
 
-// listPage runs p and returns up to p.limit rows (default 50, at most 500)
-// and the cursor of the next page ("" on the last one).
-func listPage[T any](ctx context.Context, db *sql.DB, p page, scan func(*sql.Rows) ([]T, error), key func(T) (time.Time, string)) ([]T, string, error) {
-	limit := p.limit
+// sql returns the page's query (placeholders ? or, with dollar, $1, $2,
+// ...), its arguments and the effective limit (default 50, at most 500).
+// The query asks for limit+1 rows: one more means another page.
+func (p page) sql(dollar bool) (query string, args []any, limit int, err error) {
+	limit = p.limit
 	switch {
 	case limit <= 0:
 		limit = 50
 	case limit > 500:
 		limit = 500
 	}
-	where := []string{"tenant = ?"}
-	args := []any{p.tenant}
+	ph := func() string {
+		if !dollar {
+			return "?"
+		}
+		return "$" + strconv.Itoa(len(args))
+	}
+	var where []string
+	add := func(format string, vs ...any) {
+		parts := strings.Split(format, "?")
+		var b strings.Builder
+		for i, part := range parts {
+			b.WriteString(part)
+			if i < len(vs) {
+				args = append(args, vs[i])
+				b.WriteString(ph())
+			}
+		}
+		where = append(where, b.String())
+	}
 	if p.allTenants {
-		where, args = []string{"1 = 1"}, nil
+		where = append(where, "1 = 1")
+	} else {
+		add("tenant = ?", p.tenant)
 	}
 	for _, f := range p.eq {
 		if f[1] != "" {
-			where = append(where, f[0]+" = ?")
-			args = append(args, f[1])
+			add(f[0]+" = ?", f[1])
 		}
 	}
 	if !p.since.IsZero() {
-		where = append(where, "created_at >= ?")
-		args = append(args, p.since.UnixNano())
+		add("created_at >= ?", p.since.UnixNano())
 	}
 	if !p.until.IsZero() {
-		where = append(where, "created_at < ?")
-		args = append(args, p.until.UnixNano())
+		add("created_at < ?", p.until.UnixNano())
 	}
-	lw, la := labelWhere(p.labels)
-	where, args = append(where, lw...), append(args, la...)
+	lw, la := labelWhere(p.labels, dollar)
+	for _, w := range lw {
+		n := strings.Count(w, "?")
+		add(w, la[:n]...)
+		la = la[n:]
+	}
 	if p.cursor != "" {
 		ts, id, err := decodeCursor(p.cursor)
 		if err != nil {
-			return nil, "", fmt.Errorf("list %s: %w", p.what, err)
+			return "", nil, 0, fmt.Errorf("list %s: %w", p.what, err)
 		}
-		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
-		args = append(args, ts, ts, id)
+		add("(created_at < ? OR (created_at = ? AND id < ?))", ts, ts, id)
 	}
 	args = append(args, limit+1)
-	rows, err := db.QueryContext(ctx, `SELECT `+p.columns+` FROM `+p.table+` WHERE `+
-		strings.Join(where, " AND ")+` ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
+	query = `SELECT ` + p.columns + ` FROM ` + p.table + ` WHERE ` +
+		strings.Join(where, " AND ") + ` ORDER BY created_at DESC, id DESC LIMIT ` + ph()
+	return query, args, limit, nil
+}
+
+// nextPage trims out to limit rows and returns the cursor of the next
+// page ("" on the last one).
+func nextPage[T any](out []T, limit int, key func(T) (time.Time, string)) ([]T, string) {
+	if len(out) <= limit {
+		return out, ""
+	}
+	out = out[:limit]
+	created, id := key(out[limit-1])
+	return out, encodeCursor(created.UnixNano(), id)
+}
+
+// listPage runs p and returns up to p.limit rows (default 50, at most 500)
+// and the cursor of the next page ("" on the last one).
+func listPage[T any](ctx context.Context, db *sql.DB, p page, scan func(*sql.Rows) ([]T, error), key func(T) (time.Time, string)) ([]T, string, error) {
+	query, args, limit, err := p.sql(false)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list %s: %w", p.what, err)
 	}
@@ -78,11 +121,6 @@ func listPage[T any](ctx context.Context, db *sql.DB, p page, scan func(*sql.Row
 	if err != nil {
 		return nil, "", fmt.Errorf("list %s: %w", p.what, err)
 	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		created, id := key(out[limit-1])
-		next = encodeCursor(created.UnixNano(), id)
-	}
+	out, next := nextPage(out, limit, key)
 	return out, next, nil
 }

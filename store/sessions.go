@@ -37,7 +37,7 @@ func (s *SQLite) CreateSession(ctx context.Context, ss *job.Session) error {
 		return fmt.Errorf("create session %s: %w: id already used", ss.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("create session %s: %w", ss.ID, diskFull(err))
+		return fmt.Errorf("create session %s: %w", ss.ID, sqliteErr(err))
 	}
 	return nil
 }
@@ -56,7 +56,7 @@ func (s *SQLite) UpdateSession(ctx context.Context, ss *job.Session) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE sessions SET state = ?, reason = ?, last_used_at = ?, closed_at = ?
 		WHERE id = ?`, string(ss.State), ss.Reason, ss.LastUsedAt.UnixNano(), nullTime(ss.ClosedAt), ss.ID)
 	if err != nil {
-		return fmt.Errorf("update session %s: %w", ss.ID, err)
+		return fmt.Errorf("update session %s: %w", ss.ID, sqliteErr(err))
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("update session %s: %w", ss.ID, err)

@@ -1,5 +1,7 @@
 // Package store keeps sandboxd's durable records. SQLite (embedded, pure Go
-// via modernc.org/sqlite) is the default backend; it implements job.Store.
+// via modernc.org/sqlite) is the default backend; Postgres (pgx,
+// postgres.go) the shared one. Both implement job.Store and pass one
+// conformance suite (store/storetest).
 package store
 
 import (
@@ -232,7 +234,7 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("create job %s: %w", j.ID, diskFull(err))
+		return fmt.Errorf("create job %s: %w", j.ID, sqliteErr(err))
 	}
 	return nil
 }
@@ -280,7 +282,7 @@ func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
 		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("update job %s: %w", j.ID, err)
+		return fmt.Errorf("update job %s: %w", j.ID, sqliteErr(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("update job %s: %w", j.ID, job.ErrNotFound)
@@ -325,17 +327,6 @@ func (s *SQLite) ListPendingCallbacks(ctx context.Context) ([]*job.Job, error) {
 		return nil, fmt.Errorf("list pending callbacks: %w", err)
 	}
 	return jobs, nil
-}
-
-// diskFull wraps SQLite's "database or disk is full" as
-// job.ErrHostDiskFull (the API's 503 disk_full); other errors are returned
-// as they are.
-func diskFull(err error) error {
-	var se *sqlite.Error
-	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
-		return fmt.Errorf("%w: %w", job.ErrHostDiskFull, err)
-	}
-	return err
 }
 
 func isConstraint(err error) bool {

@@ -56,7 +56,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
-	st, err := store.Open(filepath.Join(dataDir, "sandboxd.db"))
+	ctx, stopServing := context.WithCancelCause(ctx)
+	defer stopServing(nil)
+	st, err := openStore(ctx, cfg.Store, dataDir, log, stopServing)
 	if err != nil {
 		return err
 	}
@@ -301,5 +303,41 @@ func listenAndServe(ctx context.Context, cfg *config.Config, log *slog.Logger, h
 	if failed != nil && !errors.Is(failed, http.ErrServerClosed) {
 		return failed
 	}
+	if cause := context.Cause(ctx); errors.Is(cause, store.ErrOwned) {
+		return cause
+	}
 	return nil
+}
+
+// closingStore is a job.Store its opener closes.
+type closingStore interface {
+	job.Store
+	Close() error
+}
+
+// openStore opens the configured store: SQLite in the data dir (store
+// empty or "sqlite") or the Postgres database of a postgres:// URL.
+// lost is called when the process must stop serving (Postgres: another
+// process took the database's owner lock).
+func openStore(ctx context.Context, spec, dataDir string, log *slog.Logger, lost func(error)) (closingStore, error) {
+	if store.IsPostgresURL(spec) {
+		octx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		st, err := store.OpenPostgres(octx, spec)
+		if err != nil {
+			return nil, err
+		}
+		// One sandboxd per database until replicas coordinate: a
+		// second would recover the first one's running jobs as lost.
+		if err := st.HoldOwner(octx, func(err error) {
+			log.Error("store: another sandboxd took this database over; stopping", "err", err)
+			lost(err)
+		}); err != nil {
+			st.Close()
+			return nil, err
+		}
+		log.Info("store", "backend", "postgres", "url", store.RedactURL(spec))
+		return st, nil
+	}
+	return store.Open(filepath.Join(dataDir, "sandboxd.db"))
 }

@@ -1,0 +1,262 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/store/pgtest"
+	"github.com/sandboxd/sandboxd/store/storetest"
+)
+
+func openPG(t *testing.T, url string) *Postgres {
+	t.Helper()
+	s, err := OpenPostgres(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestLeaseRenewExpire(t *testing.T) {
+	t.Parallel()
+	s := openPG(t, pgtest.Shared(t).NewDatabase(t))
+	ctx := t.Context()
+	l, err := s.Join(ctx, "r1", "10.0.0.1:7000", 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Epoch != 1 || l.Address != "10.0.0.1:7000" {
+		t.Fatalf("Join = %+v", l)
+	}
+	if err := s.Renew(ctx, &l, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	live, err := s.Replicas(ctx)
+	if err != nil || len(live) != 1 || live[0].Replica != "r1" {
+		t.Fatalf("Replicas = %+v, %v", live, err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	if err := s.Renew(ctx, &l, time.Second); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Renew after expiry: %v, want ErrLeaseLost", err)
+	}
+	if live, _ := s.Replicas(ctx); len(live) != 0 {
+		t.Fatalf("expired replica listed live: %+v", live)
+	}
+	// A restarted r1 joins with a new epoch; the old lease stays lost.
+	l2, err := s.Join(ctx, "r1", "10.0.0.1:7000", time.Minute)
+	if err != nil || l2.Epoch != 2 {
+		t.Fatalf("rejoin: %+v %v", l2, err)
+	}
+	if err := s.Renew(ctx, &l, time.Minute); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Renew of the superseded epoch: %v", err)
+	}
+}
+
+// Three replicas, two claimers each, claim 300 queued jobs in batches:
+// each job is claimed exactly once, and the store says who holds it.
+func TestClaimOnce(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Shared(t).NewDatabase(t)
+	ctx := t.Context()
+	var stores []*Postgres
+	var leases []Lease
+	for i := range 3 {
+		s := openPG(t, url)
+		l, err := s.Join(ctx, fmt.Sprintf("r%d", i), "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores, leases = append(stores, s), append(leases, l)
+	}
+	const n = 300
+	for i := range n {
+		if err := stores[0].Create(ctx, storetest.NewJob(fmt.Sprintf("j%03d", i), "acme", base.Add(time.Duration(i)*time.Millisecond))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	claimedBy := map[string]string{}
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, l := stores[i%3], leases[i%3]
+			for {
+				jobs, err := s.Claim(ctx, l, 7)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(jobs) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, j := range jobs {
+					if prev, dup := claimedBy[j.ID]; dup {
+						t.Errorf("job %s claimed by %s and %s", j.ID, prev, l.Replica)
+					}
+					claimedBy[j.ID] = l.Replica
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(claimedBy) != n {
+		t.Fatalf("%d jobs claimed, want %d", len(claimedBy), n)
+	}
+	var owners int
+	if err := stores[0].pool.QueryRow(ctx, `SELECT COUNT(DISTINCT owner) FROM jobs WHERE owner != ''`).Scan(&owners); err != nil {
+		t.Fatal(err)
+	}
+	if owners < 2 {
+		t.Logf("only %d replica claimed (the machine is small; the test still holds)", owners)
+	}
+	for id, r := range claimedBy {
+		var owner string
+		if err := stores[0].pool.QueryRow(ctx, `SELECT owner FROM jobs WHERE id = $1`, id).Scan(&owner); err != nil || owner != r {
+			t.Fatalf("job %s owner %q, claimed by %s (%v)", id, owner, r, err)
+		}
+	}
+}
+
+// A replica whose lease expired is taken over: its running job is lost,
+// its claimed job is free again, its session closes as lost; its late
+// writes are fenced and change nothing.
+func TestTakeoverAndFencing(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Shared(t).NewDatabase(t)
+	ctx := t.Context()
+	a, b := openPG(t, url), openPG(t, url)
+	la, err := a.Join(ctx, "a", "", 600*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Join(ctx, "b", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"run", "wait"} {
+		if err := a.Create(ctx, storetest.NewJob(id, "acme", base)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed, err := a.Claim(ctx, la, 10)
+	if err != nil || len(claimed) != 2 {
+		t.Fatalf("claim: %d, %v", len(claimed), err)
+	}
+	run := claimed[0]
+	started := time.Now().UTC()
+	run.State, run.StartedAt, run.Attempts = job.StateRunning, &started, 1
+	if err := a.UpdateFenced(ctx, la, run); err != nil {
+		t.Fatal(err)
+	}
+	// b may not write a's job.
+	if err := b.UpdateFenced(ctx, lb, run); !errors.Is(err, ErrFenced) {
+		t.Fatalf("b writes a's job: %v, want ErrFenced", err)
+	}
+	ss := newSessionPG("ses", base)
+	if err := a.CreateSession(ctx, ss); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetSessionOwner(ctx, la, "ses"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Nothing to take over while a is live.
+	if tos, err := b.TakeOver(ctx, lb); err != nil || len(tos) != 0 {
+		t.Fatalf("takeover of a live replica: %+v %v", tos, err)
+	}
+	time.Sleep(800 * time.Millisecond) // a "pauses": its lease expires
+	var wg sync.WaitGroup
+	var tos []Takeover
+	var mu sync.Mutex
+	for range 3 { // several takers at once: a is taken over once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := b.TakeOver(ctx, lb)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			tos = append(tos, got...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(tos) != 1 || tos[0].Dead.Replica != "a" || len(tos[0].Lost) != 1 || tos[0].Lost[0].ID != run.ID ||
+		len(tos[0].Requeued) != 1 || len(tos[0].Sessions) != 1 {
+		t.Fatalf("takeovers = %+v", tos)
+	}
+	got, err := b.Get(ctx, run.ID)
+	if err != nil || got.State != job.StateFailed || got.Reason != job.ReasonLost || got.FinishedAt == nil {
+		t.Fatalf("a's running job after the takeover: %+v %v", got, err)
+	}
+	gs, err := b.GetSession(ctx, "ses")
+	if err != nil || gs.State != job.SessionClosed || gs.Reason != "lost" || gs.ClosedAt == nil {
+		t.Fatalf("a's session after the takeover: %+v %v", gs, err)
+	}
+
+	// a wakes up and writes its result: fenced, nothing changes.
+	fin := time.Now().UTC()
+	run.State, run.FinishedAt = job.StateSucceeded, &fin
+	if err := a.UpdateFenced(ctx, la, run); !errors.Is(err, ErrFenced) {
+		t.Fatalf("late write of the taken-over replica: %v, want ErrFenced", err)
+	}
+	if got, _ := b.Get(ctx, run.ID); got.State != job.StateFailed {
+		t.Fatalf("a late write changed the job: %+v", got)
+	}
+	if err := a.Renew(ctx, &la, time.Minute); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a renews after the takeover: %v, want ErrLeaseLost", err)
+	}
+	if _, err := a.Claim(ctx, la, 10); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a claims after the takeover: %v, want ErrLeaseLost", err)
+	}
+	// a's claimed, unstarted job is b's to claim now.
+	again, err := b.Claim(ctx, lb, 10)
+	if err != nil || len(again) != 1 || again[0].ID != tos[0].Requeued[0].ID {
+		t.Fatalf("b claims the released job: %+v %v", again, err)
+	}
+}
+
+func newSessionPG(id string, created time.Time) *job.Session {
+	return &job.Session{ID: id, Tenant: "acme", State: job.SessionActive, TTL: time.Hour,
+		CreatedAt: created, ExpiresAt: created.Add(time.Hour), LastUsedAt: created}
+}
+
+// A job announced on one handle wakes a replica listening on another.
+func TestNotifyQueued(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Shared(t).NewDatabase(t)
+	a, b := openPG(t, url), openPG(t, url)
+	wake, ready := make(chan struct{}, 1), make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- a.WaitQueued(t.Context(), wake, ready) }()
+	select {
+	case <-ready:
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("LISTEN not ready")
+	}
+	select {
+	case <-wake:
+		t.Fatal("woken before any notification")
+	default:
+	}
+	if err := b.NotifyQueued(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not woken by NOTIFY")
+	}
+}
