@@ -48,7 +48,7 @@ func viewJob(j *job.Job) *jobView {
 		State: wire.JobState(j.State), Reason: j.Reason, Result: viewResult(j.Result), Attempts: j.Attempts,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 		Guard: viewGuard(j.Guard), Egress: viewEgress(j.Egress), Callback: viewCallback(j.Callback),
-		Tags: tagsView(j.Tags), Metadata: metadataView(j.Metadata),
+		Tags: tagsView(j.Tags), Metadata: metadataView(j.Metadata), Cached: j.Cached, Hooks: viewHooks(j.Hooks),
 	}
 }
 
@@ -163,6 +163,18 @@ func viewEgress(es []job.EgressRecord) []wire.EgressRecord {
 	return out
 }
 
+func viewHooks(hs []job.HookRecord) []wire.HookRecord {
+	if hs == nil {
+		return nil
+	}
+	out := make([]wire.HookRecord, len(hs))
+	for i, h := range hs {
+		out[i] = wire.HookRecord{Phase: h.Phase, URL: h.URL, Outcome: h.Outcome, Reason: h.Reason, Error: h.Error,
+			FailOpen: h.FailOpen, Status: h.Status, DurationMS: h.DurationMS, Time: h.Time}
+	}
+	return out
+}
+
 func viewCallback(c *job.Callback) *wire.Callback {
 	if c == nil {
 		return nil
@@ -272,7 +284,7 @@ func viewGuard(g *job.GuardRecord) *guardView {
 
 func viewCall(c job.CallRecord) callView {
 	v := callView{
-		CallID: c.CallID, GeneratedID: c.GeneratedID, Tool: c.Tool, ReturnDirect: c.ReturnDirect, JobID: c.JobID, State: c.State, Reason: c.Reason,
+		CallID: c.CallID, GeneratedID: c.GeneratedID, Tool: c.Tool, ReturnDirect: c.ReturnDirect, Cached: c.Cached, JobID: c.JobID, State: c.State, Reason: c.Reason,
 		OK: c.OK, Error: c.Error, Details: viewProblems(c.Details), Attempts: c.Attempts, Effects: viewEffects(c.Effects),
 		Artifacts: viewArtifacts(c.Artifacts), Guard: viewGuard(c.Guard), StartedAt: c.StartedAt, FinishedAt: c.FinishedAt,
 		Content: c.Answer, IsError: c.IsError,

@@ -70,6 +70,7 @@ type Config struct {
 	ToolsDir  string    `yaml:"tools_dir" env:"SANDBOXD_TOOLS_DIR" check:"abspath" default:"none" doc:"a directory of tool files (*.yaml and *.yml argv or script tools, *.py function tools), loaded at start, on SIGHUP and on POST /v1/admin/tools/reload (operator keys); each file on its own: a bad one is logged and listed in GET /v1/tools, the others load"`
 	Tools     Tools     `yaml:"tools"`
 	Turns     Turns     `yaml:"turns"`
+	Hooks     Hooks     `yaml:"hooks" default:"none" doc:"HTTP hooks around tool calls, per tenant and tool glob: before (allow, deny with a reason, or rewritten arguments) and after (redact the result); signed like callbacks, with a timeout and fail_open, recorded on the job's hooks, dialled through the same address checks as egress"`
 	Providers Providers `yaml:"providers" default:"none" doc:"MCP servers whose tools join the registry as <name>__<tool>: a stdio command in a sandbox or a streamable-HTTP url; started lazily or at boot, restarted with backoff when they die"`
 }
 
@@ -280,6 +281,10 @@ func Defaults() Config {
 		Callbacks: Callbacks{Attempts: 5, Backoff: time.Second, Timeout: 10 * time.Second},
 		Console:   Console{SampleInterval: 5 * time.Second, MaxSeries: 1000},
 		Labels:    Labels{MaxTags: 16, MaxTagBytes: 128, MaxMetadataKeys: 16, MaxKeyBytes: 64, MaxValueBytes: 512},
-		Turns:     Turns{Concurrency: 8, Retries: 2, RetryBackoff: 100 * time.Millisecond, Keep: time.Hour},
+		Tools: Tools{
+			WebSearch: WebSearch{Backend: WebSearchBackend{Format: "html"}, MaxResults: builtin.DefaultWebSearchMaxResults, CacheTTL: 5 * time.Minute},
+			Cache:     ToolCache{MaxEntries: 1024, MaxResultBytes: 64 << 10},
+		},
+		Turns: Turns{Concurrency: 8, Retries: 2, RetryBackoff: 100 * time.Millisecond, Keep: time.Hour},
 	}
 }

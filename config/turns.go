@@ -2,6 +2,8 @@ package config
 
 import (
 	"net/netip"
+	"net/url"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -14,9 +16,49 @@ import (
 
 // Tools relates the tools directory's files to the built-in tools.
 type Tools struct {
-	ReplaceBuiltins []string `yaml:"replace_builtins" default:"none" doc:"the built-in tools a file of tools_dir may replace; a file defining another built-in's name is refused"`
-	Idempotent      []string `yaml:"idempotent" default:"none" doc:"built-in tools marked idempotent: a turn's call whose sandbox died after it may have started is run again (tools spending nothing beyond file_read are anyway)"`
-	ReturnDirect    []string `yaml:"return_direct" default:"none" doc:"built-in tools whose result is the agent's final answer (LangChain return_direct, CrewAI result_as_answer): x-return-direct in the schema exports, return_direct and final_answer in a turn's answer (a tool file or provider tool says return_direct itself)"`
+	ReplaceBuiltins []string  `yaml:"replace_builtins" default:"none" doc:"the built-in tools a file of tools_dir may replace; a file defining another built-in's name is refused"`
+	Idempotent      []string  `yaml:"idempotent" default:"none" doc:"built-in tools marked idempotent: a turn's call whose sandbox died after it may have started is run again (tools spending nothing beyond file_read are anyway)"`
+	WebSearch       WebSearch `yaml:"web_search"`
+	Cache           ToolCache `yaml:"cache"`
+	ReturnDirect    []string  `yaml:"return_direct" default:"none" doc:"built-in tools whose result is the agent's final answer (LangChain return_direct, CrewAI result_as_answer): x-return-direct in the schema exports, return_direct and final_answer in a turn's answer (a tool file or provider tool says return_direct itself)"`
+}
+
+// WebSearch configures the web_search tool (alias duckduckgo_search),
+// registered only with a backend URL.
+type WebSearch struct {
+	Backend    WebSearchBackend `yaml:"backend"`
+	MaxResults int              `yaml:"max_results" check:"positive" doc:"the ceiling of web_search's count"`
+	CacheTTL   time.Duration    `yaml:"cache_ttl" check:"nonnegative" doc:"identical searches of a tenant answer from the result cache (tools.cache) for this long; 0: never cached"`
+}
+
+// Hook is an operator's HTTP hook around the calls of some tools: a
+// before hook may allow, deny or rewrite a call's arguments, an after
+// hook may redact its result (job/hooks.go).
+type Hook struct {
+	Tenant            string        `yaml:"tenant" default:"every tenant" doc:"the tenant whose calls it sees (empty or *: every tenant)"`
+	Tools             string        `yaml:"tools" default:"*" doc:"a glob of tool names (path.Match: *, ?, [a-z])"`
+	Before            string        `yaml:"before" default:"none" doc:"POSTed {tool, arguments, tenant, session, effects, job_id} before the call runs, after the guard's own rules; answers {\"action\": \"allow\"|\"deny\", \"reason\", \"arguments\"} (rewritten arguments are validated again)"`
+	After             string        `yaml:"after" default:"none" doc:"POSTed the call and its result after it ran; may answer {\"content\": \"...\"} to replace (redact) what the model reads"`
+	Secret            string        `yaml:"secret" default:"callbacks.secret" doc:"the HMAC-SHA256 key of the hook requests' X-Sandboxd-Signature (as callbacks)"`
+	Timeout           time.Duration `yaml:"timeout" default:"5s" doc:"one hook request"`
+	FailOpen          bool          `yaml:"fail_open" default:"false: fail closed" doc:"when a before hook fails (timeout, error, bad answer): run the call anyway (true) or refuse it (false); an after hook that fails leaves the result as it is (true) or withholds it (false)"`
+	AllowPrivateCIDRs []string      `yaml:"allow_private_cidrs" default:"none" doc:"private or loopback networks the hook's URLs may be on (never sandboxd's own addresses)"`
+}
+
+// Hooks is the hooks list.
+type Hooks []Hook
+
+// ToolCache bounds the result cache of tools that cannot change anything
+// (calculator, read-only file tools in a session, web_search).
+type ToolCache struct {
+	MaxEntries     int `yaml:"max_entries" check:"nonnegative" doc:"results kept (least recently used dropped first); 0 disables the cache"`
+	MaxResultBytes int `yaml:"max_result_bytes" check:"positive" doc:"a larger result (content and artifact references) is not cached"`
+}
+
+// WebSearchBackend is the search endpoint web_search asks.
+type WebSearchBackend struct {
+	URL    string `yaml:"url" default:"none: no web_search tool" doc:"the search endpoint, http or https (its query string kept; the query is added as q): a DuckDuckGo-like HTML results page or a self-hosted SearXNG instance's /search. Reached in-process like http_request: through the tenant's egress allowlist and address guard (a private or loopback backend needs the tenant's allow_private_cidrs)"`
+	Format string `yaml:"format" check:"oneof=html searxng" doc:"html (anchors of class result__a with result__snippet, DuckDuckGo's HTML endpoint) or searxng (format=json)"`
 }
 
 // Turns configures the turn executor (POST /v1/tool-calls).
@@ -91,6 +133,35 @@ func (c *Config) ProviderEgress() map[string]policy.EgressPolicy {
 
 // validateTurns holds the rules of tools_dir and providers.
 func (c *Config) validateTurns(bad func(string, ...any)) {
+	for i, h := range c.Hooks {
+		if h.Before == "" && h.After == "" {
+			bad("hooks[%d]: set before, after or both", i)
+		}
+		for _, k := range []struct{ name, v string }{{"before", h.Before}, {"after", h.After}} {
+			if k.v == "" {
+				continue
+			}
+			if u, err := url.Parse(k.v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+				bad("hooks[%d].%s %q: must be an http or https URL without credentials", i, k.name, k.v)
+			}
+		}
+		if _, err := path.Match(h.Tools, ""); err != nil {
+			bad("hooks[%d].tools %q: not a glob: %v", i, h.Tools, err)
+		}
+		if h.Timeout < 0 {
+			bad("hooks[%d].timeout %q: must not be negative", i, h.Timeout)
+		}
+		for _, p := range h.AllowPrivateCIDRs {
+			if _, err := netip.ParsePrefix(p); err != nil {
+				bad("hooks[%d].allow_private_cidrs %q: not a CIDR", i, p)
+			}
+		}
+	}
+	if s := c.Tools.WebSearch.Backend.URL; s != "" {
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			bad("tools.web_search.backend.url %q: must be an http or https URL without credentials", s)
+		}
+	}
 	for i, t := range c.Tenants {
 		if strings.HasPrefix(t.Name, "provider:") {
 			bad("tenants[%d].name %q: names starting with \"provider:\" are tool providers' egress scopes", i, t.Name)

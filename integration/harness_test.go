@@ -242,6 +242,8 @@ type jobView struct {
 	Tool   string `json:"tool"`
 	State  string `json:"state"`
 	Reason string `json:"reason"`
+	// Cached: answered from the result cache.
+	Cached bool `json:"cached"`
 	Result *struct {
 		OK        bool     `json:"ok"`
 		Content   string   `json:"content"`

@@ -47,6 +47,9 @@ func TestReturnDirect(t *testing.T) {
 	if !direct["calculator"] || !direct["final_report"] || direct["bash"] {
 		t.Fatalf("return_direct in GET /v1/tools: %v", direct)
 	}
+	if _, ok := direct["web_search"]; ok {
+		t.Error("web_search is registered without tools.web_search.backend")
+	}
 	for _, format := range []string{"openai", "anthropic", "mcp"} {
 		var l struct {
 			Tools []map[string]any `json:"tools"`

@@ -100,11 +100,26 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 		j.Guard, d = s.decide(j, tool, now)
 	}
 	*decided = true
+	ckey := s.cacheKey(tenant, req.SessionID, tool, args)
+	// A hit spends nothing, so a spent budget does not refuse it; a deny
+	// rule, a rate or usage limit and an approval still do (cache.go).
+	if ckey != "" && (d.Outcome == policy.OutcomeAllow || (d.Outcome == policy.OutcomeDeny && d.Code == policy.CodeBudgetExhausted)) {
+		if res, ok := s.cache.get(ckey, now); ok {
+			s.m.cache.WithLabelValues(tool.Name, "hit").Inc()
+			return s.submitCached(ctx, j, res)
+		}
+		if d.Outcome == policy.OutcomeAllow {
+			s.m.cache.WithLabelValues(tool.Name, "miss").Inc()
+		}
+	}
 	switch d.Outcome {
 	case policy.OutcomeDeny:
 		return s.submitRefused(ctx, j, d)
 	case policy.OutcomeConfirm:
 		return s.submitPending(ctx, j, tool, args, d, req)
+	}
+	if ls != nil && mutates(tool) {
+		ls.bumpWorkspace()
 	}
 	select {
 	case s.slots <- struct{}{}:
@@ -115,6 +130,9 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	}
 	e := s.newEntry(j, tool, args)
 	e.retry = req.Retry
+	if ckey != "" {
+		e.cacheKey, e.cacheTTL = ckey, tool.Cache.TTL
+	}
 	e.mu.Lock() // a Cancel of this ID waits until the record exists
 	s.register(e)
 	if err := s.st.Create(ctx, j); err != nil {

@@ -132,6 +132,12 @@ type Config struct {
 	// Egress gives the sandboxes of tools with the http effect their only
 	// way out; nil: such sandboxes are refused (internal error).
 	Egress EgressProvider
+	// Hooks are the operator's tool hooks (hooks.go); a hook without its
+	// own secret signs with Callbacks.Secret.
+	Hooks []config.Hook
+	// Cache bounds the result cache of cacheable tools (cache.go); nil
+	// MaxEntries 0 disables it. Zero MaxResultBytes takes the default.
+	Cache config.ToolCache
 	// Labels bounds the tags and metadata of jobs, sessions and turns
 	// (labels.go); zero fields take config.Defaults().Labels.
 	Labels config.Labels
@@ -228,6 +234,9 @@ func (c Config) withDefaults(r runner.Runner) (Config, error) {
 	}
 	config.Fill(&c.Callbacks, def.Callbacks)
 	config.Fill(&c.Labels, def.Labels)
+	if c.Cache.MaxResultBytes == 0 {
+		c.Cache.MaxResultBytes = def.Tools.Cache.MaxResultBytes
+	}
 	if c.CallbackClient == nil {
 		c.CallbackClient = newCallbackClient(netclass.NewGuard(c.CallbackPrivate, c.Protected), c.CallbackLookup, c.Callbacks.Timeout)
 	}

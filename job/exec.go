@@ -80,7 +80,26 @@ func (s *Service) run(e *entry) {
 	log := s.log.With("job", j.ID, "tenant", j.Tenant, "tool", j.Tool)
 	log.Debug("job started")
 
-	a := s.executeWithRetries(ctx, e, j, started, log)
+	bump := func() {}
+	if j.SessionID != "" && mutates(e.tool) {
+		if ls := s.liveSession(j.SessionID); ls != nil {
+			bump = ls.bumpWorkspace // the result cache's workspace version
+		}
+	}
+	bump()
+	var a attempt
+	if refused := s.runBefore(ctx, e, j); refused != nil {
+		a.res = *refused
+		e.mu.Lock()
+		s.refund(j) // the call never ran
+		e.mu.Unlock()
+	} else {
+		a = s.executeWithRetries(ctx, e, j, started, log)
+		if a.err == nil && ctx.Err() == nil {
+			s.runAfter(ctx, e, j, &a.res)
+		}
+	}
+	bump()
 	// Not running any more: lowered before waiters wake, so a client that
 	// saw the job finish never sees it still in flight.
 	s.m.inFlight.Dec()

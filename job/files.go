@@ -135,6 +135,8 @@ func (s *Service) putFile(ctx context.Context, tenant, id, p string, r io.Reader
 		return FileInfo{}, err
 	}
 	defer root.Close()
+	ls.bumpWorkspace() // before and after the write (the result cache)
+	defer ls.bumpWorkspace()
 	if err := s.mkdirAll(root, path.Dir(name)); err != nil {
 		return FileInfo{}, noSpace(err, "write "+name)
 	}
@@ -248,6 +250,8 @@ func (s *Service) putArchive(ctx context.Context, tenant, id, dir string, r io.R
 		return 0, err
 	}
 	defer root.Close()
+	ls.bumpWorkspace() // before and after the write (the result cache)
+	defer ls.bumpWorkspace()
 	spool, err := spoolFile(ls.dir, s.cfg.WorkDir)
 	if err != nil {
 		return 0, fmt.Errorf("spool archive: %w", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,9 @@ import (
 
 // The guard lives here because job must not import api.
 var _ api.JobService = (*job.Service)(nil)
+
+// cacheRuns counts the runs of the "sum" tool.
+var cacheRuns atomic.Int64
 
 // testTools are the tools every harness registers.
 func testTools(t testing.TB, gate chan struct{}) *tools.Registry {
@@ -98,6 +102,26 @@ func testTools(t testing.TB, gate chan struct{}) *tools.Registry {
 				case <-ctx.Done():
 					return tools.Result{}, ctx.Err()
 				}
+			},
+		},
+		{
+			// sum is a cacheable "add" counting its runs (cacheRuns).
+			Name: "sum", Cache: &tools.CachePolicy{},
+			InputSchema: obj(`"a":{"type":"number"},"b":{"type":"number"}`, "a", "b"),
+			Run: func(_ context.Context, _ tools.Env, a map[string]any) (tools.Result, error) {
+				cacheRuns.Add(1)
+				return tools.Result{OK: true, Content: fmt.Sprint(a["a"].(float64) + a["b"].(float64))}, nil
+			},
+		},
+		{
+			// peek is a cacheable read-only file tool: it reads f.
+			Name: "peek", Effects: []tools.Effect{tools.EffectFileRead}, Cache: &tools.CachePolicy{},
+			Run: func(_ context.Context, env tools.Env, _ map[string]any) (tools.Result, error) {
+				b, err := os.ReadFile(filepath.Join(env.Workspace, "f"))
+				if err != nil {
+					return tools.Result{}, err
+				}
+				return tools.Result{OK: true, Content: string(b)}, nil
 			},
 		},
 		{Name: "declared"}, // declaration only

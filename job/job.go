@@ -79,6 +79,11 @@ type Job struct {
 	// calls carry the turn's.
 	Tags     []string          `json:"tags,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Cached: the result came from the result cache (cache.go); the tool
+	// did not run and the call spent no budget.
+	Cached bool `json:"cached,omitempty"`
+	// Hooks are the tool hooks' requests and outcomes (hooks.go).
+	Hooks []HookRecord `json:"hooks,omitempty"`
 }
 
 // SubmitRequest is a validated-at-the-edge request to run one tool call.

@@ -43,6 +43,10 @@ type Metrics struct {
 	// (retried, not_retried: the call may have started and its tool is
 	// not retry-safe, exhausted: no retries left).
 	retries *prometheus.CounterVec
+	// cache counts result cache lookups by tool and result (hit, miss);
+	// cacheEntries is the results it holds.
+	cache        *prometheus.CounterVec
+	cacheEntries prometheus.Gauge
 	// reg receives collectors made later by the service (pending
 	// approvals); nil: none registered.
 	reg prometheus.Registerer
@@ -117,9 +121,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "sandboxd_job_infrastructure_failures_total",
 		Help: "Infrastructure failures of job attempts (runner unavailable, sandbox died, provider down), by tool and action (retried, not_retried, exhausted).",
 	}, []string{"tool", "action"})
+	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandboxd_tool_cache_total",
+		Help: "Result cache lookups of cacheable tools' calls, by tool and result (hit: answered without running, no budget spent; miss: ran).",
+	}, []string{"tool", "result"})
+	m.cacheEntries = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sandboxd_tool_cache_entries",
+		Help: "Results held by the result cache (bounded by tools.cache.max_entries).",
+	})
 	m.reg = reg
 	if reg != nil {
-		reg.MustRegister(m.webhooks, m.callbacks, m.retries)
+		reg.MustRegister(m.webhooks, m.callbacks, m.retries, m.cache, m.cacheEntries)
 		reg.MustRegister(m.jobs, m.duration, m.effects, m.queueDepth, m.queueRejected, m.sandboxesAlive, m.inFlight,
 			m.sessionsActive, m.sessionsClosed, m.poolReady, m.poolHits, m.poolMisses)
 	}

@@ -47,6 +47,11 @@ type Service struct {
 	r   runner.Runner // nil: sandboxed tools fail with reason internal
 	log *slog.Logger
 	m   *Metrics
+	// cache answers identical calls of cacheable tools (cache.go); nil:
+	// no cache.
+	cache *resultCache
+	// toolHooks are the operator's tool hooks (hooks.go).
+	toolHooks []*hook
 	// images are the images each tenant's sessions may name.
 	images *imagePolicy
 	// imageFacts caches what each image holds (ImageFacts).
@@ -111,6 +116,10 @@ type entry struct {
 	// is closed when a pending_approval job leaves that state (turn.go).
 	hold, released bool
 	decided        chan struct{}
+	// cacheKey is the call's result cache key ("" when not cacheable);
+	// a success is kept for cacheTTL (cache.go).
+	cacheKey string
+	cacheTTL time.Duration
 }
 
 func (e *entry) tenant() string {
@@ -141,6 +150,8 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
 		cfg: cfg, st: st, reg: reg, r: r, log: cfg.Logger, m: cfg.Metrics,
+		cache:     newResultCache(cfg.Cache.MaxEntries, cfg.Cache.MaxResultBytes),
+		toolHooks: newHooks(cfg.Hooks, cfg.Callbacks.Secret, cfg.Protected, cfg.CallbackLookup),
 		slots:     make(chan struct{}, cfg.Queue.Size),
 		sched:     newScheduler(cfg.Queue.TenantCap(cfg.Tenants), cfg.Shares),
 		entries:   make(map[string]*entry),
@@ -485,6 +496,7 @@ func (s *Service) finished(e *entry, j *Job) {
 			s.m.effects.WithLabelValues(j.Tenant, j.Tool, string(eff)).Inc()
 		}
 	}
+	s.cacheResult(e, j)
 	// Once the finished event is durable the entry retires (retire).
 	e.events.emit(Event{Type: EventFinished, Time: *j.FinishedAt, Job: j})
 	close(e.done)
@@ -524,6 +536,7 @@ func cloneJob(j *Job) *Job {
 		c.Guard = &g
 	}
 	c.Egress = slices.Clone(j.Egress)
+	c.Hooks = slices.Clone(j.Hooks)
 	c.Callback = cloneCallback(j.Callback)
 	c.Tags = slices.Clone(j.Tags)
 	c.Metadata = maps.Clone(j.Metadata)

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/ids"
@@ -35,10 +37,18 @@ type liveSession struct {
 	current string
 	// storedUse is the LastUsedAt last written to the store.
 	storedUse time.Time
+	// version counts the changes that may have touched the workspace
+	// (cache.go): the result cache keys file_read tools by it.
+	version atomic.Int64
 	// pooled is the pooled sandbox the session took while it is created
 	// (takePooledSession); nil when it creates its own.
 	pooled *pooledSandbox
 }
+
+// bumpWorkspace records that the workspace may have changed.
+func (ls *liveSession) bumpWorkspace() { ls.version.Add(1) }
+
+func (ls *liveSession) workspaceVersion() string { return strconv.FormatInt(ls.version.Load(), 10) }
 
 func (ls *liveSession) snapshot() *Session {
 	ls.mu.Lock()

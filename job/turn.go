@@ -152,12 +152,14 @@ type CallRecord struct {
 	Tool string `json:"tool"`
 	// ReturnDirect: the tool's result is the agent's final answer
 	// (tools.Tool.ReturnDirect).
-	ReturnDirect bool   `json:"return_direct,omitempty"`
-	JobID        string `json:"job_id,omitempty"`
-	State        string `json:"state"`
-	Reason       string `json:"reason,omitempty"`
-	OK           bool   `json:"ok"`
-	Error        string `json:"error,omitempty"`
+	ReturnDirect bool `json:"return_direct,omitempty"`
+	// Cached: the answer came from the result cache (Job.Cached).
+	Cached bool   `json:"cached,omitempty"`
+	JobID  string `json:"job_id,omitempty"`
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	OK     bool   `json:"ok"`
+	Error  string `json:"error,omitempty"`
 	// Details name the fields of invalid arguments and what was expected.
 	Details   []tools.Problem  `json:"details,omitempty"`
 	Attempts  int              `json:"attempts,omitempty"`
@@ -565,7 +567,7 @@ func failed(rec *CallRecord, err error) {
 // fillRecord copies what the job says into the call's record.
 func fillRecord(rec *CallRecord, j *Job) {
 	rec.JobID, rec.State, rec.Reason, rec.Attempts = j.ID, string(j.State), j.Reason, j.Attempts
-	rec.Guard, rec.StartedAt, rec.FinishedAt = j.Guard, j.StartedAt, j.FinishedAt
+	rec.Guard, rec.StartedAt, rec.FinishedAt, rec.Cached = j.Guard, j.StartedAt, j.FinishedAt, j.Cached
 	switch {
 	case j.State == StatePendingApproval:
 		rec.Answer = "Error: the call is waiting for a human's approval"

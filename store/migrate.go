@@ -132,6 +132,10 @@ var migrations = []string{
 	ALTER TABLE jobs ADD COLUMN metadata TEXT;
 	ALTER TABLE sessions ADD COLUMN tags TEXT;
 	ALTER TABLE sessions ADD COLUMN metadata TEXT;`,
+	// 7: a job answered from the result cache.
+	`ALTER TABLE jobs ADD COLUMN cached INTEGER NOT NULL DEFAULT 0;`,
+	// 8: the tool hooks' requests of a job.
+	`ALTER TABLE jobs ADD COLUMN hooks TEXT; -- JSON []job.HookRecord, NULL when none`,
 }
 
 // migrate brings the schema to the latest version.

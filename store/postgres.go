@@ -213,6 +213,10 @@ var pgMigrations = []string{
 	ALTER TABLE jobs ADD COLUMN metadata TEXT;
 	ALTER TABLE sessions ADD COLUMN tags TEXT;
 	ALTER TABLE sessions ADD COLUMN metadata TEXT;`,
+	// 4: a job answered from the result cache, and its tool hooks'
+	// requests (SQLite's migrations 7 and 8).
+	`ALTER TABLE jobs ADD COLUMN cached BOOLEAN NOT NULL DEFAULT false;
+	ALTER TABLE jobs ADD COLUMN hooks TEXT;`,
 }
 
 // migrate brings the schema to the latest version, holding the
@@ -348,10 +352,10 @@ func (s *Postgres) Create(ctx context.Context, j *job.Job) error {
 		return fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO jobs (`+jobColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-		r.guard, r.egress, r.callback, r.tags, r.metadata)
+		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks)
 	if pgUnique(err) {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
@@ -389,11 +393,11 @@ func (s *Postgres) Update(ctx context.Context, j *job.Job) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET
 		tool = $1, call_id = $2, args = $3, idempotency_key = $4, runner = $5, limits = $6,
 		state = $7, reason = $8, result = $9, attempts = $10, started_at = $11, finished_at = $12,
-		guard = $13, egress = $14, callback = $15, tags = $16, metadata = $17
-		WHERE id = $18`,
+		guard = $13, egress = $14, callback = $15, tags = $16, metadata = $17, cached = $18, hooks = $19
+		WHERE id = $20`,
 		r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback,
-		r.tags, r.metadata, r.id)
+		r.tags, r.metadata, r.cached, r.hooks, r.id)
 	if pgUnique(err) {
 		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
 	}

@@ -119,11 +119,11 @@ func Open(path string) (*SQLite, error) {
 		stmt string
 	}{
 		{s.w, &s.insert, `INSERT INTO jobs (` + jobColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{s.w, &s.update, `UPDATE jobs SET
 		tool = ?, call_id = ?, args = ?, idempotency_key = ?, runner = ?, limits = ?,
 		state = ?, reason = ?, result = ?, attempts = ?, started_at = ?, finished_at = ?,
-		guard = ?, egress = ?, callback = ?, tags = ?, metadata = ?
+		guard = ?, egress = ?, callback = ?, tags = ?, metadata = ?, cached = ?, hooks = ?
 		WHERE id = ?`},
 		{s.db, &s.get, `SELECT ` + jobColumns + ` FROM jobs WHERE id = ?`},
 	} {
@@ -215,7 +215,7 @@ func (s *SQLite) Close() error {
 
 const jobColumns = `id, tenant, tool, call_id, args, idempotency_key, runner, limits,
 	state, reason, result, attempts, created_at, started_at, finished_at, session_id,
-	guard, egress, callback, tags, metadata`
+	guard, egress, callback, tags, metadata, cached, hooks`
 
 // Create implements job.Store.
 func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
@@ -227,7 +227,7 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 		_, err := tx.StmtContext(ctx, s.insert).ExecContext(ctx,
 			r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 			r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-			r.guard, r.egress, r.callback, r.tags, r.metadata)
+			r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks)
 		return err
 	})
 	if isConstraint(err) {
@@ -272,7 +272,7 @@ func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
 		res, err := tx.StmtContext(ctx, s.update).ExecContext(ctx,
 			r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 			r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback,
-			r.tags, r.metadata, r.id)
+			r.tags, r.metadata, r.cached, r.hooks, r.id)
 		if err == nil {
 			n, err = res.RowsAffected()
 		}
@@ -353,6 +353,8 @@ type row struct {
 	sessionID                      string
 	guard, egress, callback        sql.NullString
 	tags, metadata                 sql.NullString
+	cached                         bool
+	hooks                          sql.NullString
 }
 
 func toRow(j *job.Job) (row, error) {
@@ -362,7 +364,7 @@ func toRow(j *job.Job) (row, error) {
 		idemKey: sql.NullString{String: j.IdempotencyKey, Valid: j.IdempotencyKey != ""},
 		runner:  j.Runner, state: string(j.State), reason: j.Reason,
 		attempts: j.Attempts, sessionID: j.SessionID,
-		createdAt: j.CreatedAt.UnixNano(),
+		createdAt: j.CreatedAt.UnixNano(), cached: j.Cached,
 	}
 	if len(j.Args) > 0 {
 		if !json.Valid(j.Args) {
@@ -406,6 +408,13 @@ func toRow(j *job.Job) (row, error) {
 	if r.tags, r.metadata, err = encodeLabels(j.Tags, j.Metadata); err != nil {
 		return row{}, err
 	}
+	if len(j.Hooks) > 0 {
+		b, err := json.Marshal(j.Hooks)
+		if err != nil {
+			return row{}, fmt.Errorf("encode hooks: %w", err)
+		}
+		r.hooks = sql.NullString{String: string(b), Valid: true}
+	}
 	if j.StartedAt != nil {
 		r.startedAt = sql.NullInt64{Int64: j.StartedAt.UnixNano(), Valid: true}
 	}
@@ -421,7 +430,7 @@ func scanJob(sc scanner) (*job.Job, error) {
 	var r row
 	err := sc.Scan(&r.id, &r.tenant, &r.tool, &r.callID, &r.args, &r.idemKey, &r.runner, &r.limits,
 		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt, &r.sessionID,
-		&r.guard, &r.egress, &r.callback, &r.tags, &r.metadata)
+		&r.guard, &r.egress, &r.callback, &r.tags, &r.metadata, &r.cached, &r.hooks)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, job.ErrNotFound
 	}
@@ -432,7 +441,7 @@ func scanJob(sc scanner) (*job.Job, error) {
 		ID: r.id, Tenant: r.tenant, Tool: r.tool, CallID: r.callID,
 		IdempotencyKey: r.idemKey.String,
 		Runner:         r.runner, State: job.State(r.state), Reason: r.reason,
-		Attempts: r.attempts, SessionID: r.sessionID,
+		Attempts: r.attempts, SessionID: r.sessionID, Cached: r.cached,
 		CreatedAt: time.Unix(0, r.createdAt).UTC(),
 	}
 	if r.args != "null" && r.args != "" {
@@ -467,6 +476,11 @@ func scanJob(sc scanner) (*job.Job, error) {
 	}
 	if j.Tags, j.Metadata, err = decodeLabels(r.tags, r.metadata); err != nil {
 		return nil, fmt.Errorf("job %s: %w", r.id, err)
+	}
+	if r.hooks.Valid {
+		if err := json.Unmarshal([]byte(r.hooks.String), &j.Hooks); err != nil {
+			return nil, fmt.Errorf("decode hooks of job %s: %w", r.id, err)
+		}
 	}
 	if r.startedAt.Valid {
 		t := time.Unix(0, r.startedAt.Int64).UTC()

@@ -72,6 +72,12 @@ type Tool struct {
 	// exports carry it (x-return-direct) and a turn's answer flags a call
 	// of it, so the agent loop stops instead of asking the model again.
 	ReturnDirect bool `json:"return_direct,omitempty"`
+	// Cache, when set, declares the tool's calls cacheable: an identical
+	// call answers from the job service's result cache (job/cache.go)
+	// without running or spending budget. The service refuses it for
+	// tools with the exec or file_write effect, and for http unless
+	// HTTPReadOnly.
+	Cache *CachePolicy `json:"cache,omitempty"`
 
 	// Run executes the tool in-process (calculator, http_request, file
 	// tools). args has already been validated against InputSchema.
@@ -274,4 +280,14 @@ type Call struct {
 	ID        string          `json:"id,omitempty"`
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// CachePolicy says how long a tool's results may be reused.
+type CachePolicy struct {
+	// TTL bounds an entry's life; 0: until evicted (the cache is bounded)
+	// or, for file_read tools, until the session's workspace changes.
+	TTL time.Duration `json:"ttl,omitempty"`
+	// HTTPReadOnly: the tool's http effect only reads (web_search asks a
+	// search backend), so it may be cached despite http.
+	HTTPReadOnly bool `json:"-"`
 }

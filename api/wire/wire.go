@@ -93,6 +93,25 @@ type Job struct {
 	// Tags and Metadata are the client's labels ([] and {} for none).
 	Tags     []string          `json:"tags"`
 	Metadata map[string]string `json:"metadata"`
+	// Cached: answered from the result cache (nothing ran, no budget).
+	Cached bool `json:"cached,omitempty"`
+	// Hooks are the tool hooks' requests and outcomes.
+	Hooks []HookRecord `json:"hooks,omitempty"`
+}
+
+// HookRecord is one tool hook's request and outcome on a job.
+type HookRecord struct {
+	Phase string `json:"phase"` // before or after
+	URL   string `json:"url"`
+	// Outcome: allow, deny, rewrite, redact, pass (after, unchanged), or
+	// error (the hook failed; FailOpen says what that meant).
+	Outcome    string    `json:"outcome"`
+	Reason     string    `json:"reason,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	FailOpen   bool      `json:"fail_open,omitempty"`
+	Status     int       `json:"status,omitempty"`
+	DurationMS int64     `json:"duration_ms"`
+	Time       time.Time `json:"time"`
 }
 
 // JobList is a page of GET /v1/jobs.
@@ -425,20 +444,22 @@ type CallRecord struct {
 	GeneratedID bool   `json:"call_id_generated,omitempty"`
 	Tool        string `json:"tool"`
 	// ReturnDirect: the tool's result is the agent's final answer.
-	ReturnDirect bool       `json:"return_direct,omitempty"`
-	JobID        string     `json:"job_id,omitempty"`
-	State        string     `json:"state"`
-	Reason       string     `json:"reason,omitempty"`
-	OK           bool       `json:"ok"`
-	Error        string     `json:"error,omitempty"`
-	Details      []Problem  `json:"details,omitempty"`
-	Attempts     int        `json:"attempts,omitempty"`
-	Effects      []Effect   `json:"effects,omitempty"`
-	Usage        *Usage     `json:"usage,omitempty"`
-	Artifacts    []Artifact `json:"artifacts,omitempty"`
-	Guard        *Guard     `json:"guard,omitempty"`
-	StartedAt    *time.Time `json:"started_at,omitempty"`
-	FinishedAt   *time.Time `json:"finished_at,omitempty"`
+	ReturnDirect bool `json:"return_direct,omitempty"`
+	// Cached: answered from the result cache (nothing ran).
+	Cached     bool       `json:"cached,omitempty"`
+	JobID      string     `json:"job_id,omitempty"`
+	State      string     `json:"state"`
+	Reason     string     `json:"reason,omitempty"`
+	OK         bool       `json:"ok"`
+	Error      string     `json:"error,omitempty"`
+	Details    []Problem  `json:"details,omitempty"`
+	Attempts   int        `json:"attempts,omitempty"`
+	Effects    []Effect   `json:"effects,omitempty"`
+	Usage      *Usage     `json:"usage,omitempty"`
+	Artifacts  []Artifact `json:"artifacts,omitempty"`
+	Guard      *Guard     `json:"guard,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	// Content is the answer the model reads for this call.
 	Content string `json:"content"`
 	IsError bool   `json:"is_error"`

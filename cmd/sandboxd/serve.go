@@ -69,6 +69,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := builtin.Register(reg, builtin.Options{DefaultExecTimeout: lim.Defaults.Timeout, MaxExecTimeout: lim.Ceilings.Timeout}); err != nil {
 		return err
 	}
+	if err := registerWebSearch(reg, cfg.Tools.WebSearch); err != nil {
+		return err
+	}
 	// Every sandbox's workspace is its own filesystem (limits.disk_bytes,
 	// disk_inodes); a daemon that cannot make them does not start.
 	workspaces, err := workspace.New(workspace.Options{Root: filepath.Join(dataDir, "workspaces"),
@@ -139,6 +142,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		TurnCallbackBody: api.TurnCallbackBody,
 		Turns:            cfg.Turns,
 		Labels:           cfg.Labels,
+		Cache:            cfg.Tools.Cache,
+		Hooks:            cfg.Hooks,
 	}, st, reg, r)
 	if err != nil {
 		return err

@@ -13,9 +13,23 @@ import (
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
+	"github.com/sandboxd/sandboxd/tools/builtin"
 	"github.com/sandboxd/sandboxd/tools/custom"
 	"github.com/sandboxd/sandboxd/tools/provider"
 )
+
+// registerWebSearch adds web_search (alias duckduckgo_search, the name
+// frameworks give it) when a backend is configured.
+func registerWebSearch(reg *tools.Registry, c config.WebSearch) error {
+	if c.Backend.URL == "" {
+		return nil
+	}
+	t := builtin.WebSearchTool(builtin.WebSearchOptions{Backend: c.Backend.URL, Format: c.Backend.Format, MaxResults: c.MaxResults, CacheTTL: c.CacheTTL})
+	if err := reg.Register(t); err != nil {
+		return fmt.Errorf("register web_search: %w", err)
+	}
+	return reg.AddAlias("duckduckgo_search", t.Name)
+}
 
 // markIdempotent marks the named built-in tools idempotent (tools.idempotent).
 func markIdempotent(reg *tools.Registry, names []string) error {

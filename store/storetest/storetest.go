@@ -130,6 +130,9 @@ func testJobRoundTrip(t *testing.T, b Backend) {
 		Allowed: true, Rule: 0, BytesOut: 10, BytesIn: 20}}
 	j.Callback = &job.Callback{URL: "https://example.com/hook", State: "delivered",
 		Attempts: []job.CallbackAttempt{{At: base.Add(4 * time.Second), DurationMS: 5, Status: 200}}}
+	j.Cached = true
+	j.Hooks = []job.HookRecord{{Phase: "before", URL: "https://example.com/before", Outcome: "rewrite", Status: 200,
+		DurationMS: 3, Time: base.Add(5 * time.Millisecond)}}
 	must(t, s.Update(ctx, j))
 	got, err = s.GetByIdempotencyKey(ctx, "acme", "k1")
 	must(t, err)

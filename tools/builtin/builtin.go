@@ -10,6 +10,7 @@ package builtin
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sandboxd/sandboxd/tools"
@@ -124,7 +125,7 @@ func (o Options) withDefaults() Options {
 // Tools returns fresh copies of every built-in tool, in a stable order.
 func Tools(opts Options) []*tools.Tool {
 	o := opts.withDefaults()
-	return []*tools.Tool{
+	out := []*tools.Tool{
 		pythonTool(o),
 		bashTool(o),
 		readFileTool(o),
@@ -137,6 +138,14 @@ func Tools(opts Options) []*tools.Tool {
 		calculatorTool(),
 		httpRequestTool(nil),
 	}
+	// Results that only depend on the arguments (calculator) or on the
+	// workspace (the read-only file tools) are cacheable.
+	for _, t := range out {
+		if t.Name == "calculator" || slices.Equal(t.Effects, []tools.Effect{tools.EffectFileRead}) {
+			t.Cache = &tools.CachePolicy{}
+		}
+	}
+	return out
 }
 
 // Register adds every built-in tool to r, stopping at the first refusal.

@@ -534,7 +534,11 @@
       ["finished", fmtTime(j.finished_at)],
       ["attempts", String(j.attempts)],
       ["tags", labelsNode(j.tags, null)],
-      ["metadata", labelsNode(null, j.metadata)]
+      ["metadata", labelsNode(null, j.metadata)],
+      j.cached ? ["cached", "answered from the result cache: nothing ran, no budget spent"] : null,
+      (j.hooks || []).length ? ["hooks", (j.hooks || []).map(function (h) {
+        return h.phase + " " + h.outcome + (h.reason ? " (" + h.reason + ")" : "") + (h.error ? " (" + h.error + ")" : "") + " " + h.duration_ms + " ms";
+      }).join("; ")] : null
     ], "job-summary"));
 
     // Live output, shown while the job runs (stream fills it).
