@@ -129,8 +129,24 @@ func BenchmarkSpawnInterleaved(b *testing.B) {
 			if c.fn == nil {
 				continue
 			}
-			if c.name == "api-oneshot" {
+			switch c.name {
+			case "api-oneshot":
 				if err := waitPoolReady(s.MetricsURL, 2); err != nil {
+					b.Fatal(err)
+				}
+			case "api-session":
+				// The steady state, as BenchmarkRuntimes measures it: the
+				// pool refilled after the one-shot and the sandboxes the
+				// one-shots used gone (their Close and the refill run in
+				// the background and would otherwise share the 2 cores
+				// with the session call).
+				if err := waitPoolReady(s.MetricsURL, 2); err != nil {
+					b.Fatal(err)
+				}
+				if err := waitMetric(s.MetricsURL, "sandboxd_sandboxes_alive ", func(v float64) bool { return v == 3 }); err != nil {
+					b.Fatal(err)
+				}
+				if err := waitMetric(nopool.MetricsURL, "sandboxd_sandboxes_alive ", func(v float64) bool { return v == 0 }); err != nil {
 					b.Fatal(err)
 				}
 			}
