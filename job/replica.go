@@ -82,7 +82,8 @@ type Coordinator interface {
 	// in the whole store; otherwise ErrQueueFull and nothing is written.
 	Enqueue(ctx context.Context, j *Job, capacity int) error
 	// Claim takes up to n queued jobs no replica owns for l, in o's
-	// order; concurrent claimers take disjoint jobs (SKIP LOCKED).
+	// order; concurrent claimers take disjoint jobs (SKIP LOCKED). A
+	// session's jobs are not claimed: they run where its sandbox is.
 	Claim(ctx context.Context, l Lease, n int, o ClaimOrder) ([]Claimed, error)
 	// UpdateFenced is Store.Update for l: it applies while l is live and
 	// the job is l's (or no replica's, and not being made running);

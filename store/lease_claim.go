@@ -61,12 +61,12 @@ func (s *Postgres) Claim(ctx context.Context, l Lease, n int, o job.ClaimOrder) 
 					COALESCE(w.cap, $5::int) - COALESCE(r.n, 0) - c.rk AS room
 				FROM (SELECT id, tenant, created_at,
 						row_number() OVER (PARTITION BY tenant ORDER BY created_at, id) AS rk
-					FROM jobs WHERE state = 'queued' AND owner = '') c
+					FROM jobs WHERE state = 'queued' AND owner = '' AND session_id = '') c
 				LEFT JOIN (SELECT tenant, count(*) AS n FROM jobs WHERE owner != ''
 					AND state IN ('queued', 'running') GROUP BY tenant) r ON r.tenant = c.tenant
 				LEFT JOIN unnest($6::text[], $7::int[], $8::int[]) AS w(tenant, weight, cap) ON w.tenant = c.tenant
 			) o ON o.id = j.id
-			WHERE j.state = 'queued' AND j.owner = '' AND o.room >= 0 AND `+validLease+`
+			WHERE j.state = 'queued' AND j.owner = '' AND j.session_id = '' AND o.room >= 0 AND `+validLease+`
 			ORDER BY o.prio, o.created_at, j.id LIMIT $3
 			FOR UPDATE OF j SKIP LOCKED)
 		RETURNING `+jobColumns+`, (SELECT COALESCE(MAX(e.seq), 0) FROM job_events e WHERE e.job_id = jobs.id)`,
@@ -142,7 +142,9 @@ func (s *Postgres) Enqueue(ctx context.Context, j *job.Job, capacity int) error 
 // UpdateFenced implements job.Coordinator: the write applies only while
 // l is live and the job is owned by l's replica under l's epoch, or by no
 // replica and not being made running (a cancel of a queued job, an
-// approval's outcome); otherwise ErrFenced (or ErrLeaseLost), and nothing
+// approval's outcome). A session's job is never claimed (it runs on the
+// replica holding the session's sandbox): the write making it running
+// makes l its owner. Otherwise ErrFenced (or ErrLeaseLost), and nothing
 // changes.
 func (s *Postgres) UpdateFenced(ctx context.Context, l Lease, j *job.Job) error {
 	r, err := toRow(j)
@@ -152,8 +154,10 @@ func (s *Postgres) UpdateFenced(ctx context.Context, l Lease, j *job.Job) error 
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET
 		tool = $3, call_id = $4, args = $5, idempotency_key = $6, runner = $7, limits = $8,
 		state = $9, reason = $10, result = $11, attempts = $12, started_at = $13, finished_at = $14,
-		guard = $15, egress = $16, callback = $17, tags = $18, metadata = $19, cached = $20, hooks = $21
-		WHERE id = $22 AND ((owner = $1 AND owner_epoch = $2) OR (owner = '' AND $9::text != 'running')) AND `+validLease,
+		guard = $15, egress = $16, callback = $17, tags = $18, metadata = $19, cached = $20, hooks = $21,
+		owner = CASE WHEN owner = '' AND session_id != '' THEN $1 ELSE owner END,
+		owner_epoch = CASE WHEN owner = '' AND session_id != '' THEN $2 ELSE owner_epoch END
+		WHERE id = $22 AND ((owner = $1 AND owner_epoch = $2) OR (owner = '' AND ($9::text != 'running' OR session_id != ''))) AND `+validLease,
 		l.Replica, l.Epoch, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback,
 		r.tags, r.metadata, r.cached, r.hooks, r.id)

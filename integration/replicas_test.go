@@ -1,0 +1,221 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sandboxd/sandboxd/store/pgtest"
+)
+
+// startReplicas starts n sandboxd replicas on one Postgres database, each
+// with its own data dir and replica id.
+func startReplicas(t *testing.T, dsn string, n int) []*server {
+	var out []*server
+	for i := range n {
+		out = append(out, startServerArgs(t, "", "--store", dsn, "--replica-id", fmt.Sprintf("r%d", i+1)))
+	}
+	return out
+}
+
+// submitRaw posts a job without failing the test on a connection error
+// (a replica being killed): status 0 then.
+func submitRaw(url string, body any) (int, jobView) {
+	buf, _ := json.Marshal(body)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/jobs", bytes.NewReader(buf))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, jobView{}
+	}
+	defer resp.Body.Close()
+	var j jobView
+	_ = json.NewDecoder(resp.Body).Decode(&j)
+	return resp.StatusCode, j
+}
+
+// runsPerJob counts each job's started events in the store: a job run
+// twice (two replicas, or once before and once after a takeover) has two.
+func runsPerJob(t *testing.T, dsn string) map[string]int {
+	c, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	rows, err := c.Query(t.Context(), `SELECT job_id, count(*) FROM job_events WHERE type = 'started' GROUP BY job_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = n
+	}
+	return out
+}
+
+// Three replicas on one Postgres: jobs submitted round-robin complete
+// wherever they are claimed, and a wait on any replica sees them finish.
+func TestReplicasRoundRobin(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	rs := startReplicas(t, dsn, 3)
+	for i := range 30 {
+		r := rs[i%3]
+		var j jobView
+		resp, data := r.do("POST", "/v1/jobs?wait=true", "", map[string]any{"tool": "calculator",
+			"arguments": map[string]any{"expression": fmt.Sprintf("%d*2", i)}}, &j)
+		if resp.StatusCode != 200 || j.State != "succeeded" {
+			t.Fatalf("job %d on replica %d: %d %s", i, i%3+1, resp.StatusCode, data)
+		}
+		var got jobView
+		if resp, data := rs[(i+1)%3].do("GET", "/v1/jobs/"+j.ID, "", nil, &got); resp.StatusCode != 200 || got.State != "succeeded" {
+			t.Fatalf("job %s read on another replica: %d %s", j.ID, resp.StatusCode, data)
+		}
+	}
+}
+
+// A replica kill -9'd in the middle of 1,000 submissions (16 at a time,
+// round-robin) and restarted: every accepted job reaches exactly one
+// terminal state, none runs twice.
+func TestReplicasKill(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	rs := startReplicas(t, dsn, 3)
+	const total, par = 1000, 16
+	var (
+		mu       sync.Mutex
+		accepted []string
+		refused  = map[int]int{}
+	)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range par {
+		wg.Go(func() {
+			for i := range next {
+				code, j := submitRaw(rs[i%3].URL, map[string]any{"tool": "calculator",
+					"arguments": map[string]any{"expression": fmt.Sprintf("%d+1", i)}})
+				mu.Lock()
+				if code == 200 || code == 201 || code == 202 {
+					accepted = append(accepted, j.ID)
+				} else {
+					refused[code]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range total {
+		if i == total/3 {
+			rs[1].stop(syscall.SIGKILL)
+		}
+		if i == total/2 {
+			rs[1].start()
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	t.Logf("accepted %d of %d; refused by status: %v", len(accepted), total, refused)
+	if len(accepted) < total/2 {
+		t.Fatalf("only %d jobs accepted", len(accepted))
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, id := range accepted {
+		for {
+			var j jobView
+			resp, data := rs[0].do("GET", "/v1/jobs/"+id, "", nil, &j)
+			if resp.StatusCode != 200 {
+				t.Fatalf("job %s: %d %s", id, resp.StatusCode, data)
+			}
+			if j.State == "succeeded" || j.State == "failed" || j.State == "cancelled" {
+				if j.State == "failed" && j.Reason != "lost" {
+					t.Errorf("job %s failed: %s", id, data)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s still %s", id, j.State)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	runs := runsPerJob(t, dsn)
+	for _, id := range accepted {
+		if runs[id] > 1 {
+			t.Errorf("job %s ran %d times", id, runs[id])
+		}
+	}
+}
+
+// The database stopped and restarted under load: submits meanwhile are
+// clear 503s; after it is back every replica serves again.
+func TestReplicasDatabaseRestart(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	rs := startReplicas(t, dsn, 3)
+	for i := range 20 {
+		if code, _ := submitRaw(rs[i%3].URL, map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": "1+1"}}); code != 202 && code != 201 && code != 200 {
+			t.Fatalf("submit before the outage: %d", code)
+		}
+	}
+	pg.Stop()
+	for i := range 6 {
+		code, _ := submitRaw(rs[i%3].URL, map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": "1+1"}})
+		if code != 503 {
+			t.Fatalf("submit during the outage to replica %d: %d, want 503", i%3+1, code)
+		}
+	}
+	pg.Restart(t)
+	for i, r := range rs {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var j jobView
+			resp, _ := r.do("POST", "/v1/jobs?wait=true", "", map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": "2+3"}}, &j)
+			if resp.StatusCode == 200 && j.State == "succeeded" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d after the outage: %d %+v", i+1, resp.StatusCode, j)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// Nothing stays unfinished.
+	c, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := c.QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs unfinished after the outage", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
