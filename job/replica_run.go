@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
 )
 
 // replica is the service's side of the replica coordination (replica.go):
@@ -59,13 +61,6 @@ func (f fencedStore) CreateSession(ctx context.Context, ss *Session) error {
 
 func (f fencedStore) UpdateSession(ctx context.Context, ss *Session) error {
 	return f.r.c.UpdateSessionFenced(ctx, f.r.current(), ss)
-}
-
-// ReplicaReaper is implemented by runners that can destroy the sandboxes
-// a given replica made (labelled with its identity: SandboxSpec.Replica),
-// wherever that replica ran, when they share the runner's backend.
-type ReplicaReaper interface {
-	ReapReplica(ctx context.Context, replica string) (int, error)
 }
 
 // Replica is this service's replica identity and current lease; ok is
@@ -203,7 +198,7 @@ func (s *Service) takeOver(ctx context.Context) error {
 			s.m.sessionsClosed.WithLabelValues(SessionReasonLost).Inc()
 		}
 		reaped := 0
-		if rr, ok := s.r.(ReplicaReaper); ok {
+		if rr, ok := s.r.(runner.ReplicaReaper); ok {
 			n, rerr := rr.ReapReplica(ctx, t.Dead.Replica)
 			if rerr != nil {
 				s.log.Warn("reap the sandboxes of a dead replica", "replica", t.Dead.Replica, "err", rerr)
