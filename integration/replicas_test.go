@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -110,8 +112,11 @@ func TestReplicasKill(t *testing.T) {
 	for range par {
 		wg.Go(func() {
 			for i := range next {
-				code, j := submitRaw(rs[i%3].URL, map[string]any{"tool": "calculator",
-					"arguments": map[string]any{"expression": fmt.Sprintf("%d+1", i)}})
+				body := map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": fmt.Sprintf("%d+1", i)}}
+				if i%10 == 0 { // in a sandbox: some are running when the replica dies
+					body = map[string]any{"tool": "bash", "arguments": map[string]any{"command": "sleep 0.3; echo ran"}}
+				}
+				code, j := submitRaw(rs[i%3].URL, body)
 				mu.Lock()
 				if code == 200 || code == 201 || code == 202 {
 					accepted = append(accepted, j.ID)
@@ -161,6 +166,27 @@ func TestReplicasKill(t *testing.T) {
 	for _, id := range accepted {
 		if runs[id] > 1 {
 			t.Errorf("job %s ran %d times", id, runs[id])
+		}
+	}
+	// No sandbox left behind: once the replicas stop (their warm pools
+	// go with them), the local runner's state dirs of every replica, the
+	// killed one's reaped at its restart, are empty.
+	for i, r := range rs {
+		r.stop(syscall.SIGTERM)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			left, _ := os.ReadDir(filepath.Join(r.DataDir, "run"))
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				var names []string
+				for _, e := range left {
+					names = append(names, e.Name())
+				}
+				t.Fatalf("replica %d left %d sandboxes: %v", i+1, len(left), names)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 }
