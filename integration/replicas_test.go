@@ -245,3 +245,32 @@ func TestReplicasDatabaseRestart(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A session on a replica: its jobs run on that replica (they are never
+// claimed by another), fenced under its lease; the session closes there.
+func TestReplicasSessionOnOwner(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	rs := startReplicas(t, dsn, 2)
+	var sess struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	}
+	if resp, data := rs[0].do("POST", "/v1/sessions", "", map[string]any{"ttl_seconds": 600}, &sess); resp.StatusCode != 201 {
+		t.Fatalf("create session: %d %s", resp.StatusCode, data)
+	}
+	for i := range 5 {
+		var j jobView
+		resp, data := rs[0].do("POST", "/v1/jobs?wait=true", "", map[string]any{"tool": "bash",
+			"arguments": map[string]any{"command": fmt.Sprintf("echo %d >> n; wc -l < n", i)}, "session_id": sess.ID}, &j)
+		if resp.StatusCode != 200 || j.State != "succeeded" {
+			t.Fatalf("session job %d: %d %s", i, resp.StatusCode, data)
+		}
+	}
+	if resp, data := rs[0].do("DELETE", "/v1/sessions/"+sess.ID, "", nil, nil); resp.StatusCode/100 != 2 {
+		t.Fatalf("close session: %d %s", resp.StatusCode, data)
+	}
+	if resp, _ := rs[1].do("GET", "/v1/sessions/"+sess.ID, "", nil, &sess); resp.StatusCode != 200 || sess.State != "closed" {
+		t.Fatalf("session read on the other replica: %d %+v", resp.StatusCode, sess)
+	}
+}

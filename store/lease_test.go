@@ -271,3 +271,46 @@ func claimJobs(ctx context.Context, s *Postgres, l Lease, n int) ([]*job.Job, er
 	}
 	return out, err
 }
+
+// Claims are fair across tenants: a tenant's backlog does not go first
+// because it is older; weights count (2:1), and jobs a tenant already has
+// claimed count against it. Enqueue refuses past the global capacity.
+func TestClaimFairOrder(t *testing.T) {
+	t.Parallel()
+	s := openPG(t, pgtest.Shared(t).NewDatabase(t))
+	ctx := t.Context()
+	l, err := s.Join(ctx, "r1", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 { // flood's backlog, older than everyone's
+		if err := s.Enqueue(ctx, storetest.NewJob(fmt.Sprintf("f%d", i), "flood", base.Add(time.Duration(i)*time.Millisecond)), 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		if err := s.Enqueue(ctx, storetest.NewJob(fmt.Sprintf("h%d", i), "heavy", base.Add(time.Second+time.Duration(i)*time.Millisecond)), 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	order := job.ClaimOrder{Weights: map[string]int{"heavy": 200}}
+	var got []string
+	for range 6 {
+		cs, err := s.Claim(ctx, l, 1, order)
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("claim: %+v %v", cs, err)
+		}
+		got = append(got, cs[0].Job.ID)
+	}
+	// heavy (weight 200) ranks (claimed+1)/200, flood (claimed+1)/100,
+	// a tie to the older job: h0 (.005), f0 (.01 = .01, older), h1 (.01),
+	// h2 (.015 < .02), then flood's.
+	want := []string{"h0", "f0", "h1", "h2", "f1", "f2"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claim order %v, want %v", got, want)
+	}
+	// 3 still queued (f3..f5): a capacity of 3 is full.
+	if err := s.Enqueue(ctx, storetest.NewJob("x", "other", base), 3); !errors.Is(err, job.ErrQueueFull) {
+		t.Fatalf("Enqueue past the capacity: %v, want ErrQueueFull", err)
+	}
+}
