@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -272,5 +273,61 @@ func TestReplicasSessionOnOwner(t *testing.T) {
 	}
 	if resp, _ := rs[1].do("GET", "/v1/sessions/"+sess.ID, "", nil, &sess); resp.StatusCode != 200 || sess.State != "closed" {
 		t.Fatalf("session read on the other replica: %d %+v", resp.StatusCode, sess)
+	}
+}
+
+// A replica kill -9'd and not restarted: once its lease (2 s here)
+// expires another replica takes it over: the jobs it was running end
+// failed/lost, the ones it had claimed but not started run elsewhere,
+// and new submits keep being served by the others.
+func TestReplicasTakeover(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	var rs []*server
+	for i := range 3 {
+		rs = append(rs, startServerArgs(t, "queue:\n  workers: 2\n", "--store", dsn, "--replica-id", fmt.Sprintf("r%d", i+1), "--replica-lease", "2s"))
+	}
+	// Long jobs fill every worker; those that land on r2 die with it.
+	var ids []string
+	for i := range 9 {
+		code, j := submitRaw(rs[i%3].URL, map[string]any{"tool": "bash", "arguments": map[string]any{"command": "sleep 3; echo ran"}})
+		if code/100 != 2 {
+			t.Fatalf("submit %d: %d", i, code)
+		}
+		ids = append(ids, j.ID)
+	}
+	time.Sleep(time.Second) // claimed and running
+	rs[1].stop(syscall.SIGKILL)
+	states := map[string]int{}
+	deadline := time.Now().Add(time.Minute)
+	for _, id := range ids {
+		for {
+			var j jobView
+			resp, data := rs[0].do("GET", "/v1/jobs/"+id, "", nil, &j)
+			if resp.StatusCode != 200 {
+				t.Fatalf("job %s: %d %s", id, resp.StatusCode, data)
+			}
+			if j.State == "succeeded" || j.State == "failed" {
+				states[j.State+"/"+j.Reason]++
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s still %s after the takeover", id, j.State)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t.Logf("outcomes: %v", states)
+	if states["failed/lost"] == 0 || states["succeeded/"] == 0 || states["failed/lost"]+states["succeeded/"] != len(ids) {
+		t.Fatalf("outcomes %v: want some lost (r2's running jobs), the rest succeeded", states)
+	}
+	runs := runsPerJob(t, dsn)
+	for _, id := range ids {
+		if runs[id] > 1 {
+			t.Errorf("job %s ran %d times", id, runs[id])
+		}
+	}
+	if !strings.Contains(rs[0].log.String()+rs[2].log.String(), "took over a replica whose lease expired") {
+		t.Fatal("no replica logged the takeover")
 	}
 }

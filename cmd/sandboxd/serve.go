@@ -352,5 +352,5 @@ func replicaConfig(cfg *config.Config, stop context.CancelCauseFunc) *job.Replic
 		_, port, _ := net.SplitHostPort(cfg.Addr)
 		id = host + ":" + port
 	}
-	return &job.ReplicaConfig{ID: id, Address: addr, OnLost: func(err error) { stop(err) }}
+	return &job.ReplicaConfig{ID: id, Address: addr, LeaseTTL: cfg.ReplicaLease, OnLost: func(err error) { stop(err) }}
 }
