@@ -139,12 +139,20 @@ func (s *Postgres) Enqueue(ctx context.Context, j *job.Job, capacity int) error 
 	return nil
 }
 
+// takesOwner is the condition (over the row before an UpdateFenced, $9
+// the new state) under which the writer becomes the job's owner: a
+// session's job made running, or a pending job queued by its approval on
+// the replica that holds it (it runs there; TakeOver frees it if that
+// replica dies).
+const takesOwner = `owner = '' AND (session_id != '' OR (state = 'pending_approval' AND $9::text = 'queued'))`
+
 // UpdateFenced implements job.Coordinator: the write applies only while
 // l is live and the job is owned by l's replica under l's epoch, or by no
 // replica and not being made running (a cancel of a queued job, an
 // approval's outcome). A session's job is never claimed (it runs on the
 // replica holding the session's sandbox): the write making it running
-// makes l its owner. Otherwise ErrFenced (or ErrLeaseLost), and nothing
+// makes l its owner, as the write queuing an approved job does
+// (takesOwner). Otherwise ErrFenced (or ErrLeaseLost), and nothing
 // changes.
 func (s *Postgres) UpdateFenced(ctx context.Context, l Lease, j *job.Job) error {
 	r, err := toRow(j)
@@ -155,8 +163,8 @@ func (s *Postgres) UpdateFenced(ctx context.Context, l Lease, j *job.Job) error 
 		tool = $3, call_id = $4, args = $5, idempotency_key = $6, runner = $7, limits = $8,
 		state = $9, reason = $10, result = $11, attempts = $12, started_at = $13, finished_at = $14,
 		guard = $15, egress = $16, callback = $17, tags = $18, metadata = $19, cached = $20, hooks = $21,
-		owner = CASE WHEN owner = '' AND session_id != '' THEN $1 ELSE owner END,
-		owner_epoch = CASE WHEN owner = '' AND session_id != '' THEN $2 ELSE owner_epoch END
+		owner = CASE WHEN `+takesOwner+` THEN $1 ELSE owner END,
+		owner_epoch = CASE WHEN `+takesOwner+` THEN $2 ELSE owner_epoch END
 		WHERE id = $22 AND ((owner = $1 AND owner_epoch = $2) OR (owner = '' AND ($9::text != 'running' OR session_id != ''))) AND `+validLease,
 		l.Replica, l.Epoch, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback,

@@ -314,3 +314,41 @@ func TestClaimFairOrder(t *testing.T) {
 		t.Fatalf("Enqueue past the capacity: %v, want ErrQueueFull", err)
 	}
 }
+
+// A pending job queued by its approval becomes the deciding replica's
+// (it runs there, never claimed elsewhere); a queued job of no replica
+// may not be made running by a fenced write (only a claim takes it).
+func TestFencedTakesOwner(t *testing.T) {
+	t.Parallel()
+	s := openPG(t, pgtest.Shared(t).NewDatabase(t))
+	ctx := t.Context()
+	l, err := s.Join(ctx, "r1", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := storetest.NewJob("pend", "acme", base)
+	p.State = job.StatePendingApproval
+	q := storetest.NewJob("free", "acme", base)
+	for _, j := range []*job.Job{p, q} {
+		if err := s.Create(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.State = job.StateQueued
+	if err := s.UpdateFenced(ctx, l, p); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	q.State, q.StartedAt = job.StateRunning, &now
+	if err := s.UpdateFenced(ctx, l, q); !errors.Is(err, ErrFenced) {
+		t.Fatalf("running an unclaimed job: %v, want ErrFenced", err)
+	}
+	cs, err := s.Claim(ctx, l, 10, job.ClaimOrder{})
+	if err != nil || len(cs) != 1 || cs[0].Job.ID != "free" {
+		t.Fatalf("claim: %+v %v, want only the free job (the approved one is r1's already)", cs, err)
+	}
+	p.State, p.StartedAt = job.StateRunning, &now
+	if err := s.UpdateFenced(ctx, l, p); err != nil {
+		t.Fatalf("the approved job made running by its owner: %v", err)
+	}
+}
