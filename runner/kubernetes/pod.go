@@ -95,6 +95,13 @@ func buildPod(in podInput) *corev1.Pod {
 	cmd := []string{"/usr/bin/env", "-i", in.AgentBinary,
 		"--listen-tcp", fmt.Sprintf("0.0.0.0:%d", in.AgentPort), "--token-file", path.Join(tokenDir, tokenKey),
 		"--root", runner.WorkspaceDir, "--uid", fmt.Sprint(policy.CodeUID), "--gid", fmt.Sprint(policy.CodeGID)}
+	ports := []corev1.ContainerPort{{Name: "agent", ContainerPort: int32(in.AgentPort), Protocol: corev1.ProtocolTCP}}
+	if in.Spec.Isolation.Network == runner.NetworkEgress {
+		// The proxy on the pod's loopback, carried over connections
+		// sandboxd opens to the next port (egress.go).
+		cmd = append(cmd, "--egress-listen", runner.EgressProxyAddr, "--egress-reverse", fmt.Sprintf("0.0.0.0:%d", in.AgentPort+1))
+		ports = append(ports, corev1.ContainerPort{Name: "egress", ContainerPort: int32(in.AgentPort + 1), Protocol: corev1.ProtocolTCP})
+	}
 	mounts := []corev1.VolumeMount{
 		{Name: "tmp", MountPath: "/tmp"},
 		{Name: "shm", MountPath: "/dev/shm"},
@@ -146,7 +153,7 @@ func buildPod(in podInput) *corev1.Pod {
 				ImagePullPolicy: corev1.PullNever,
 				Command:         cmd,
 				WorkingDir:      "/",
-				Ports:           []corev1.ContainerPort{{Name: "agent", ContainerPort: int32(in.AgentPort), Protocol: corev1.ProtocolTCP}},
+				Ports:           ports,
 				Resources:       corev1.ResourceRequirements{Limits: res, Requests: res},
 				VolumeMounts:    mounts,
 				SecurityContext: &corev1.SecurityContext{
@@ -183,7 +190,8 @@ func buildSecret(name, namespace string, lbl map[string]string, token []byte) *c
 
 // buildPolicy is the namespace's NetworkPolicy: every managed pod gets no
 // egress at all and ingress only to the agent port, only from sandboxd
-// (cidr, or pods labelled sandboxdLabel).
+// (cidr, or pods labelled sandboxdLabel), and to the reverse egress port
+// (port+1) from it too.
 func buildPolicy(namespace string, port int, cidr, sandboxdLabel string) (*networkingv1.NetworkPolicy, error) {
 	peer := networkingv1.NetworkPolicyPeer{}
 	if cidr != "" {
@@ -202,8 +210,11 @@ func buildPolicy(namespace string, port int, cidr, sandboxdLabel string) (*netwo
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{hostside.LabelManaged: "true"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From:  []networkingv1.NetworkPolicyPeer{peer},
-				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr(intstr.FromInt32(int32(port)))}},
+				From: []networkingv1.NetworkPolicyPeer{peer},
+				Ports: []networkingv1.NetworkPolicyPort{
+					{Protocol: &tcp, Port: ptr(intstr.FromInt32(int32(port)))},
+					{Protocol: &tcp, Port: ptr(intstr.FromInt32(int32(port + 1)))}, // reverse egress
+				},
 			}},
 			Egress: []networkingv1.NetworkPolicyEgressRule{},
 		},

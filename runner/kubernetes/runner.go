@@ -7,11 +7,11 @@
 // the namespace denies every sandbox pod all egress and all ingress but
 // sandboxd's to the agent port.
 //
-// Not yet: the http effect (egress carried over the agent channel; Create
-// refuses NetworkEgress with ErrUnsupported rather than give a pod a
-// route out) and host workspaces (the workspace is an emptyDir of the
-// pod; a spec naming a host workspace is synced into it at Create and,
-// read-write, back after every Exec).
+// The http effect is carried over connections sandboxd opens to the pod
+// (egress.go): the pod never gets a route out. The workspace is an
+// emptyDir of the pod; a host workspace is copied into it at Create and,
+// read-write, back after every Exec (workspace.go). Not yet: read-only
+// workspaces (refused, ErrUnsupported).
 package kubernetes
 
 import (
@@ -116,10 +116,9 @@ func (r *Runner) applyPolicy(ctx context.Context) error {
 // Name implements runner.Runner.
 func (r *Runner) Name() string { return "kubernetes" }
 
-// Capabilities implements runner.Runner. Network is false until the http
-// effect is carried over the agent channel.
+// Capabilities implements runner.Runner.
 func (r *Runner) Capabilities() runner.Capabilities {
-	return runner.Capabilities{PIDNamespace: true, NetNamespace: true, MountNamespace: true, Cgroups: true, Seccomp: true}
+	return runner.Capabilities{PIDNamespace: true, NetNamespace: true, MountNamespace: true, Cgroups: true, Seccomp: true, Network: true}
 }
 
 // Dependencies implements runner.Dependent: the apiserver.

@@ -209,6 +209,9 @@ type Sandbox struct {
 	limits runner.Limits
 	pod    *Pod
 	client *agent.Client
+	// NetworkEgress: the reverse connections' listener and pump.
+	egress     *chanListener
+	stopEgress context.CancelFunc
 
 	mu     sync.Mutex
 	closed bool
@@ -219,9 +222,6 @@ type Sandbox struct {
 // runs and the agent answers over the authenticated channel, and the
 // workspace's content copied in. On any failure nothing is left behind.
 func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.Sandbox, err error) {
-	if spec.Isolation != nil && spec.Isolation.Network == runner.NetworkEgress {
-		return nil, fmt.Errorf("create sandbox: kubernetes runner: the http effect (egress over the agent channel) is not implemented: %w", runner.ErrUnsupported)
-	}
 	if spec.Isolation != nil && spec.Isolation.Workspace == runner.WorkspaceReadOnly {
 		// The pod's one view of the emptyDir would be read-only to the
 		// agent too, or writable to the code: refused, not weakened.
@@ -252,6 +252,17 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		return nil, hostside.CtxOr(ctx, fmt.Errorf("create sandbox %s: agent did not answer: %w: %w", spec.ID, runner.ErrUnavailable, err))
 	}
 	s.client = cl
+	if spec.Isolation.Network == runner.NetworkEgress {
+		s.egress = newChanListener(&net.TCPAddr{IP: net.ParseIP(s.pod.IP), Port: r.cfg.AgentPort + 1})
+		ectx, cancel := context.WithCancel(context.Background())
+		s.stopEgress = cancel
+		pumpEgress(ectx, reverseAddr(s.pod.IP, r.cfg.AgentPort), s.pod.Token, s.egress)
+		go func() {
+			if err := spec.Egress.Serve(s.egress); err != nil && !errors.Is(err, net.ErrClosed) {
+				r.cfg.Logger.Warn("kubernetes runner: egress serve", "sandbox", s.id, "err", err)
+			}
+		}()
+	}
 	if spec.Isolation.Workspace != runner.WorkspaceNone {
 		if err := syncIn(ctx, cl, spec.Workspace); err != nil {
 			return nil, fmt.Errorf("create sandbox %s: copy workspace in: %w", spec.ID, err)
@@ -330,6 +341,10 @@ func (s *Sandbox) Close(ctx context.Context) error {
 }
 
 func (s *Sandbox) destroy(ctx context.Context) error {
+	if s.stopEgress != nil {
+		s.stopEgress()
+		s.egress.Close()
+	}
 	if s.client != nil {
 		s.client.Close()
 	}

@@ -3,6 +3,8 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -26,13 +28,28 @@ import (
 // running at 127.0.0.1 at once, and its secret's token starts an agent
 // there (file operations in a temp dir, processes as the test's user).
 func fakeCluster(t *testing.T) (*fake.Clientset, int) {
+	cs, port, _ := fakeClusterProxy(t)
+	return cs, port
+}
+
+// fakeClusterProxy also gives the address of the "pod's" egress proxy
+// (what the code would reach at 127.0.0.1:3128), once a secret exists.
+func fakeClusterProxy(t *testing.T) (*fake.Clientset, int, chan string) {
 	t.Helper()
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var port int
+	for {
+		raw, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = raw.Addr().(*net.TCPAddr).Port
+		raw.Close()
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1)); err == nil {
+			l.Close()
+			break
+		}
 	}
-	port := raw.Addr().(*net.TCPAddr).Port
-	raw.Close()
+	proxy := make(chan string, 1)
 	cs := fake.NewClientset()
 	cs.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		sec := a.(k8stesting.CreateAction).GetObject().(*corev1.Secret)
@@ -47,6 +64,20 @@ func fakeCluster(t *testing.T) (*fake.Clientset, int) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
 		go agent.Serve(ctx, tl, agent.ServerOptions{Root: t.TempDir()})
+		rl, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
+		if err != nil {
+			return true, nil, err
+		}
+		rtl, _ := agent.TokenListener(rl, sec.Data[tokenKey])
+		pl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return true, nil, err
+		}
+		go agent.ForwardEgressTo(ctx, pl, agent.NewReverseEgress(ctx, rtl).Take, nil)
+		select {
+		case proxy <- pl.Addr().String():
+		default:
+		}
 		return false, nil, nil
 	})
 	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -54,7 +85,7 @@ func fakeCluster(t *testing.T) (*fake.Clientset, int) {
 		p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "127.0.0.1"
 		return false, nil, nil
 	})
-	return cs, port
+	return cs, port, proxy
 }
 
 func newFake(t *testing.T, cs *fake.Clientset, port int, mod func(*Config)) *Runner {
@@ -118,9 +149,9 @@ func TestFakeRefuses(t *testing.T) {
 	cs, port := fakeCluster(t)
 	r := newFake(t, cs, port, nil)
 	for _, iso := range []*runner.Isolation{
-		runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress),
+		runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone),
 	} {
-		_, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: iso, Egress: nopEgress{}})
+		_, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: iso, Workspace: t.TempDir()})
 		if !errors.Is(err, runner.ErrUnsupported) {
 			t.Fatalf("%s/%s: %v, want ErrUnsupported", iso.Workspace, iso.Network, err)
 		}
@@ -130,9 +161,60 @@ func TestFakeRefuses(t *testing.T) {
 	}
 }
 
-type nopEgress struct{}
+// echoEgress answers every connection with "seen:" and what it sent.
+type echoEgress struct{}
 
-func (nopEgress) Serve(l net.Listener) error { return nil }
+func (echoEgress) Serve(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			b := make([]byte, 5)
+			io.ReadFull(c, b)
+			c.Write(append([]byte("seen:"), b...))
+		}()
+	}
+}
+
+// TestFakeEgress: the code's proxy connections reach the sandbox's
+// Egress over the reverse connections sandboxd opened, several at once.
+func TestFakeEgress(t *testing.T) {
+	cs, port, proxy := fakeClusterProxy(t)
+	r := newFake(t, cs, port, nil)
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: echoEgress{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	addr := <-proxy
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			msg := fmt.Sprintf("conn%d", i)
+			c.Write([]byte(msg))
+			b := make([]byte, 10)
+			if _, err := io.ReadFull(c, b); err != nil || string(b) != "seen:"+msg {
+				errs <- fmt.Errorf("got %q, %v", b, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
 
 // TestFakeReap: pods and secrets of a dead owner, and this instance's
 // unheld ones, are deleted; a live owner's stay.
