@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
@@ -72,4 +73,49 @@ func TestConformance(t *testing.T) {
 		DropsPrivileges: true,
 		KillsDaemons:    true,
 	})
+}
+
+// TestClusterReap: the pod and secret of an owner that died (its
+// owner-proc names no live process, as after kill -9 of sandboxd) are
+// removed by the next runner's Reap; nothing of a live owner's is.
+func TestClusterReap(t *testing.T) {
+	a := newCluster(t)
+	ctx := t.Context()
+	spec := runner.SandboxSpec{ID: "reap" + a.in.ID[:8], Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)}
+	limits, err := a.in.Reserve(ctx, &spec, a.cfg.Defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.StartPod(ctx, spec, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Delete(context.Background())
+	// A second runner sees a live owner's pod and keeps it.
+	b := newCluster(t)
+	if _, err := b.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.CoreV1().Pods(b.cfg.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("live owner's pod reaped: %v", err)
+	}
+	// The owner "dies": its owner-proc now names no process.
+	pod, err := a.c.CoreV1().Pods(a.cfg.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[hostside.LabelOwnerProc] = "999999999:1"
+	if _, err := a.c.CoreV1().Pods(a.cfg.Namespace).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.Reap(ctx)
+	if err != nil || n < 1 {
+		t.Fatalf("reaped %d, %v", n, err)
+	}
+	if _, err := b.c.CoreV1().Pods(b.cfg.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
+		t.Fatal("dead owner's pod still there")
+	}
+	if _, err := b.c.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
+		t.Fatal("dead owner's secret still there")
+	}
 }
