@@ -45,7 +45,12 @@ type Config struct {
 	MetricsAddr string `yaml:"metrics_addr" env:"SANDBOXD_METRICS_ADDR" flag:"metrics-addr" check:"hostport" doc:"the Prometheus /metrics listener, without authentication: keep it on loopback or a private network (HOST:PORT; port 0 picks a free one, logged)"`
 	DataDir     string `yaml:"data_dir" env:"SANDBOXD_DATA_DIR" flag:"data-dir" check:"required,abspath" default:"/var/lib/sandboxd as root, else $XDG_DATA_HOME/sandboxd or ~/.local/share/sandboxd" doc:"one sandboxd at a time (sandboxd.lock: a second serve on it exits at once naming the holder's pid); holds sandboxd.db (SQLite: jobs, their events and artifacts, sessions, approvals), run/, docker/ or containerd/ (sandbox state; the container runners' socket paths under it must fit 108 bytes, or serve refuses to start) and workspaces/ (at start, every workspace no live job or session owns is removed)"`
 	Store       string `yaml:"store" env:"SANDBOXD_STORE" flag:"store" check:"store" default:"sqlite: data_dir/sandboxd.db" doc:"where jobs, sessions, approvals, events and artifacts are kept: sqlite (one replica, embedded) or a postgres://USER:PASSWORD@HOST:PORT/DB URL (pgx parameters such as pool_max_conns apply), the store several replicas share (README: Running several replicas); the schema is migrated at start, and a database migrated by a newer sandboxd is refused; its password is never logged"`
-	LogLevel    string `yaml:"log_level" env:"SANDBOXD_LOG_LEVEL" flag:"log-level" check:"oneof=debug info warn error" doc:"debug, info, warn or error; text to stderr (a line per HTTP request at debug; refused requests at info, server errors at warn)"`
+	// ReplicaID and ReplicaAddress name this process among the replicas
+	// sharing a Postgres store (unused with SQLite).
+	ReplicaID      string        `yaml:"replica_id" env:"SANDBOXD_REPLICA_ID" flag:"replica-id" default:"the host name and the API port" doc:"with a postgres store: this replica's identity, stable across its restarts (a restarted replica takes its previous process's jobs and sessions over at once; its sandboxes carry it in their labels, so a live replica reaps them when its lease expires); two live processes must never share one"`
+	ReplicaAddress string        `yaml:"replica_address" env:"SANDBOXD_REPLICA_ADDRESS" flag:"replica-address" default:"the API address" doc:"with a postgres store: the HOST:PORT other replicas reach this one at (forwarded session requests)"`
+	ReplicaLease   time.Duration `yaml:"replica_lease" env:"SANDBOXD_REPLICA_LEASE" flag:"replica-lease" default:"15s" doc:"with a postgres store: how long this replica's lease lasts unrenewed (renewed every third of it): how soon another replica takes a dead one's jobs, sessions and sandboxes over, and how long a database outage a replica survives before it stops serving"`
+	LogLevel       string        `yaml:"log_level" env:"SANDBOXD_LOG_LEVEL" flag:"log-level" check:"oneof=debug info warn error" doc:"debug, info, warn or error; text to stderr (a line per HTTP request at debug; refused requests at info, server errors at warn)"`
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cancelled.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" check:"positive" doc:"running jobs get this long on SIGTERM, then fail with reason shutdown; queued jobs stay queued and run at the next start"`
@@ -76,10 +81,11 @@ type Config struct {
 
 // Runner selects and configures the sandbox backend.
 type Runner struct {
-	Name       string           `yaml:"name" env:"SANDBOXD_RUNNER" flag:"runner" check:"oneof=local docker containerd" doc:"the sandbox backend: local, docker or containerd"`
+	Name       string           `yaml:"name" env:"SANDBOXD_RUNNER" flag:"runner" check:"oneof=local docker containerd kubernetes" doc:"the sandbox backend: local, docker, containerd or kubernetes"`
 	Local      LocalRunner      `yaml:"local"`
 	Docker     DockerRunner     `yaml:"docker"`
 	Containerd ContainerdRunner `yaml:"containerd"`
+	Kubernetes KubernetesRunner `yaml:"kubernetes"`
 }
 
 // LocalRunner configures the local (namespaces + cgroups) runner.
@@ -107,6 +113,17 @@ type ContainerdRunner struct {
 	Image     string `yaml:"image" env:"SANDBOXD_CONTAINERD_IMAGE" default:"sandboxd/python:latest" doc:"the sandbox image, imported into the namespace"`
 	AgentPath string `yaml:"agent_path" env:"SANDBOXD_AGENT_PATH" check:"abspath" default:"sandbox-agent next to sandboxd or on PATH" doc:"the static sandbox-agent binary mounted into every sandbox"`
 	Runtime   string `yaml:"runtime" env:"SANDBOXD_CONTAINERD_RUNTIME" default:"runc" doc:"runc, runsc (gVisor) or a containerd shim name; also --runtime"`
+}
+
+// KubernetesRunner configures the Kubernetes runner (runner.name:
+// kubernetes): every sandbox a Pod (runner/kubernetes).
+type KubernetesRunner struct {
+	Kubeconfig      string `yaml:"kubeconfig" env:"SANDBOXD_KUBECONFIG" check:"abspath" default:"empty: in-cluster credentials (sandboxd's service account)" doc:"the kubeconfig file of the cluster"`
+	Namespace       string `yaml:"namespace" env:"SANDBOXD_KUBERNETES_NAMESPACE" default:"sandboxd" doc:"the namespace of the sandbox pods, their secrets and the NetworkPolicy"`
+	Image           string `yaml:"image" env:"SANDBOXD_KUBERNETES_IMAGE" default:"sandboxd/python:latest" doc:"the sandbox image (with the agent at /run/sandboxd-agent/sandbox-agent), present on the nodes (never pulled)"`
+	RuntimeClass    string `yaml:"runtime_class" env:"SANDBOXD_KUBERNETES_RUNTIME_CLASS" default:"empty: the node's default (runc)" doc:"the pods' RuntimeClass (gvisor: runsc)"`
+	SeccompFallback bool   `yaml:"seccomp_fallback" env:"SANDBOXD_KUBERNETES_SECCOMP_FALLBACK" doc:"run pods with the runtime's default seccomp profile instead of the policy's Localhost ones (weaker; a warning at start), for nodes without the installed profiles"`
+	SandboxdCIDR    string `yaml:"sandboxd_cidr" env:"SANDBOXD_KUBERNETES_SANDBOXD_CIDR" default:"empty: sandboxd's own pods (app.kubernetes.io/name=sandboxd)" doc:"where sandboxd dials the agents from when it runs outside the cluster (the NetworkPolicy admits only it to the agent port)"`
 }
 
 // Queue sizes admission.
@@ -267,6 +284,7 @@ func Defaults() Config {
 		MetricsAddr:     "127.0.0.1:9464",
 		LogLevel:        "info",
 		ShutdownTimeout: 30 * time.Second,
+		ReplicaLease:    15 * time.Second,
 		Runner:          Runner{Name: "local"},
 		Queue:           Queue{Size: 1024, Workers: 16},
 		API:             API{MaxBodyBytes: 1 << 20, MaxWait: 5 * time.Minute},

@@ -121,6 +121,22 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	if ls != nil && mutates(tool) {
 		ls.bumpWorkspace()
 	}
+	if s.rep != nil && ls == nil {
+		// Queued in the store for whichever replica has a free worker.
+		if err := s.enqueueShared(ctx, j); err != nil {
+			s.refund(j)
+			if errors.Is(err, ErrQueueFull) {
+				s.m.queueRejected.Inc()
+				return nil, false, err
+			}
+			if key != "" && errors.Is(err, ErrConflict) {
+				return s.replayAfterConflict(ctx, j, err)
+			}
+			return nil, false, fmt.Errorf("submit: %w", err)
+		}
+		s.log.Debug("job queued", "job", j.ID, "tenant", tenant, "tool", j.Tool)
+		return cloneJob(j), true, nil
+	}
 	select {
 	case s.slots <- struct{}{}:
 	default:
@@ -273,6 +289,9 @@ func (s *Service) Wait(ctx context.Context, tenant, id string) (*Job, error) {
 		case <-ctx.Done():
 			return e.snapshot(), ctx.Err()
 		}
+	}
+	if s.rep != nil {
+		return s.waitShared(ctx, tenant, id)
 	}
 	j, err := s.Get(ctx, tenant, id)
 	if err != nil || j.State.Terminal() {

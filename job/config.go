@@ -81,6 +81,9 @@ type Config struct {
 	// runner metric label. Default: the runner's Name(). In-process tools
 	// record "inprocess".
 	RunnerName string
+	// Replica, when set, makes the service one replica of several on a
+	// store that implements Coordinator (replica.go).
+	Replica *ReplicaConfig
 	// Logger receives lifecycle logs. Default: discard.
 	Logger *slog.Logger
 	// Metrics, when nil, are created unregistered.

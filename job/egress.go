@@ -24,6 +24,9 @@ var proxyEnv = []string{
 func (s *Service) specFor(id, tenant, session string, effects []tools.Effect, record func(EgressRecord)) (runner.SandboxSpec, error) {
 	iso := policy.Compile(effects).Spec
 	spec := runner.SandboxSpec{ID: id, Isolation: iso}
+	if s.rep != nil {
+		spec.Replica = s.rep.cfg.ID // a live replica reaps a dead one's (runner.ReplicaReaper)
+	}
 	if iso.Network == runner.NetworkEgress {
 		if s.cfg.Egress == nil {
 			return spec, errNoEgress

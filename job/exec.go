@@ -41,6 +41,10 @@ func (s *Service) worker() {
 		s.m.queueDepth.Dec()
 		s.run(e)
 		s.sched.done(e.tenant())
+		if e.claimed {
+			s.rep.busy.Add(-1)
+			s.rep.poke()
+		}
 	}
 }
 
@@ -71,7 +75,20 @@ func (s *Service) run(e *entry) {
 	now := time.Now().UTC()
 	j.State, j.StartedAt = StateRunning, &now
 	j.Attempts++
-	s.storeUpdate(j)
+	if s.rep != nil {
+		// On a replica the job runs only once its running record, fenced
+		// by the lease, is in: never twice across replicas.
+		if err := s.storeRunning(j); err != nil {
+			j.State, j.StartedAt = StateQueued, nil
+			j.Attempts--
+			e.mu.Unlock()
+			s.unregister(j.ID)
+			s.log.Warn("claimed job not started", "job", j.ID, "err", err)
+			return
+		}
+	} else {
+		s.storeUpdate(j)
+	}
 	started := cloneJob(j)
 	e.events.emit(Event{Type: EventStarted, Time: now, Job: started})
 	e.mu.Unlock()
@@ -361,10 +378,40 @@ func (s *Service) workspace(id string) (string, func(), error) {
 
 // storeUpdate records a transition on a detached context; a failure is
 // logged and the in-memory state stays authoritative for this process.
+// On a replica a terminal transition is retried while the store is
+// unavailable (until the lease is lost): the record is what other
+// replicas and clients see.
 func (s *Service) storeUpdate(j *Job) {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	if err := s.st.Update(ctx, j); err != nil {
-		s.log.Error("record job state", "job", j.ID, "state", j.State, "err", err)
+	for d := 100 * time.Millisecond; ; d = min(2*d, 2*time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		err := s.st.Update(ctx, j)
+		cancel()
+		if err == nil {
+			return
+		}
+		if s.rep == nil || !j.State.Terminal() || !errors.Is(err, ErrStoreUnavailable) || s.rep.lost.Load() {
+			s.log.Error("record job state", "job", j.ID, "state", j.State, "err", err)
+			return
+		}
+		time.Sleep(d)
+	}
+}
+
+// storeRunning records a claimed job running on a replica, retrying
+// while the store is unavailable; a fenced write (the job is not this
+// lease's any more) or a lost lease is an error: the job must not run.
+func (s *Service) storeRunning(j *Job) error {
+	for d := 100 * time.Millisecond; ; d = min(2*d, 2*time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		err := s.st.Update(ctx, j)
+		cancel()
+		if err == nil || !errors.Is(err, ErrStoreUnavailable) || s.rep.lost.Load() {
+			return err
+		}
+		select {
+		case <-s.quit:
+			return err
+		case <-time.After(d):
+		}
 	}
 }

@@ -97,6 +97,10 @@ type Service struct {
 
 	// cleanup retries the workspace removals that failed (cleanup.go).
 	cleanup *cleanups
+
+	// rep is the replica coordination (replica_run.go); nil: the only
+	// process on its store.
+	rep *replica
 }
 
 // entry is the in-memory side of a job that is queued, running or recently
@@ -120,6 +124,8 @@ type entry struct {
 	// a success is kept for cacheTTL (cache.go).
 	cacheKey string
 	cacheTTL time.Duration
+	// claimed: a replica claimed the job from the store (replica_run.go).
+	claimed bool
 }
 
 func (e *entry) tenant() string {
@@ -159,6 +165,15 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 		runCancel: cancel,
 		quit:      make(chan struct{}),
 		sessions:  make(map[string]*liveSession),
+	}
+	if cfg.Replica != nil {
+		if s.rep, err = newReplica(*cfg.Replica, st); err != nil {
+			return nil, err
+		}
+		// Every write of a job or session is fenced by the lease; the
+		// slots are the claimed jobs waiting for a worker.
+		s.st = fencedStore{Store: st, r: s.rep}
+		s.slots = make(chan struct{}, max(cfg.Queue.Size, cfg.Queue.Workers))
 	}
 	if s.images, err = newImagePolicy(r, cfg.Images); err != nil {
 		return nil, err
@@ -231,8 +246,10 @@ func (s *Service) Start(ctx context.Context) error {
 	} else if n > 0 {
 		s.log.Info("released the workspaces of a previous process", "mounts", n)
 	}
-	if err := s.recoverSessions(ctx); err != nil {
-		return err
+	if s.rep == nil {
+		if err := s.recoverSessions(ctx); err != nil {
+			return err
+		}
 	}
 	if n := s.sweepWorkspaces(); n > 0 {
 		s.log.Info("removed workspaces of a previous process", "count", n)
@@ -240,6 +257,21 @@ func (s *Service) Start(ctx context.Context) error {
 	s.sbg.Go(func() { s.cleanup.run(s.quit) })
 	if err := s.restoreGuard(ctx); err != nil {
 		return err
+	}
+	if s.rep != nil {
+		// The other replicas' jobs and sessions are theirs: this one
+		// takes over only its previous process's and expired replicas'.
+		if err := s.startReplica(ctx); err != nil {
+			return err
+		}
+		for range s.cfg.Queue.Workers {
+			s.bg.Go(s.worker)
+		}
+		s.sbg.Go(s.reapSessions)
+		s.sbg.Go(s.expireApprovals)
+		s.sbg.Go(s.retentionLoop)
+		s.pool.start()
+		return nil
 	}
 	// Callbacks a stopped process left undelivered resume (read before
 	// the running jobs below turn lost: those start their own).

@@ -36,6 +36,14 @@ type Reaper interface {
 	Reap(ctx context.Context) (reaped int, err error)
 }
 
+// ReplicaReaper is implemented by runners that can destroy every sandbox
+// a given replica made (SandboxSpec.Replica) on the backend they reach,
+// whether that replica's process is alive or not: its lease expired and
+// another replica took its bookkeeping over.
+type ReplicaReaper interface {
+	ReapReplica(ctx context.Context, replica string) (reaped int, err error)
+}
+
 // Dependent is implemented by runners that reach a daemon or a cluster
 // API: the addresses they reach it at, as URLs ("unix:///var/run/docker.sock",
 // "tcp://10.0.0.5:2376", later "https://k8s.example.com:6443"). sandboxd
@@ -175,6 +183,11 @@ type SandboxSpec struct {
 	Egress Egress
 	Limits Limits
 	Labels map[string]string
+	// Replica is the sandboxd replica making the sandbox (its replica
+	// id; empty with one process). Runners record it (a label, the
+	// local runner's owner record) so that a live replica sharing the
+	// backend reaps a dead one's sandboxes (ReplicaReaper).
+	Replica string
 	// Tenant, when set, puts the sandbox's cgroup under a parent cgroup
 	// of the tenant's (TenantCgroup), shared by all its sandboxes, of CPU
 	// weight TenantWeight (1..10000; 0: 100): CPU is shared by tenant, not

@@ -17,28 +17,20 @@ import (
 // bookkeeping. Every time is the database's clock (clock_timestamp()), so
 // replicas' clocks may disagree.
 //
-// Status: the primitives and their tests against a real Postgres; the job
-// service does not use them yet (it runs one process per database, under
-// HoldOwner).
+// The job service uses them when it runs as one replica of several
+// (job.Config.Replica, job/replica_run.go).
 
 var (
-	// ErrLeaseLost: the replica's lease expired or was taken over; it
-	// must stop serving at once.
-	ErrLeaseLost = errors.New("replica lease lost")
-	// ErrFenced: a write of a job the writer does not own under its
-	// current lease epoch (another replica took it over).
-	ErrFenced = errors.New("write fenced: the job is owned by another lease")
+	// ErrLeaseLost is job.ErrLeaseLost.
+	ErrLeaseLost = job.ErrLeaseLost
+	// ErrFenced is job.ErrFenced.
+	ErrFenced = job.ErrFenced
 )
 
-// Lease is a replica's hold on its identity: Epoch grows each time the
-// identity is (re)joined, so a write under an older epoch is refused.
-type Lease struct {
-	Replica string
-	Epoch   int64
-	Address string
-	// Expires is when the lease ends unless renewed (database clock).
-	Expires time.Time
-}
+var _ job.Coordinator = (*Postgres)(nil)
+
+// Lease is a replica's lease (job.Lease).
+type Lease = job.Lease
 
 const dbNow = `(EXTRACT(EPOCH FROM clock_timestamp()) * 1e9)::BIGINT`
 
@@ -96,135 +88,9 @@ func (s *Postgres) Replicas(ctx context.Context) ([]Lease, error) {
 // live, at the statement's time.
 const validLease = `EXISTS (SELECT 1 FROM replicas r WHERE r.id = $1 AND r.epoch = $2 AND r.lease_expires_at > ` + dbNow + `)`
 
-// Claim takes up to n queued jobs no replica owns, oldest first, for l:
-// FOR UPDATE SKIP LOCKED, so concurrent claimers take disjoint jobs and
-// each job is claimed once. A lost lease claims nothing (ErrLeaseLost).
-func (s *Postgres) Claim(ctx context.Context, l Lease, n int) ([]*job.Job, error) {
-	var jobs []*job.Job
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var ok bool
-		if err := tx.QueryRow(ctx, `SELECT `+validLease, l.Replica, l.Epoch).Scan(&ok); err != nil {
-			return err
-		}
-		if !ok {
-			return ErrLeaseLost
-		}
-		rows, err := tx.Query(ctx, `UPDATE jobs SET owner = $1, owner_epoch = $2
-			WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND owner = ''
-				ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
-			RETURNING `+jobColumns, l.Replica, l.Epoch, n)
-		jobs, err = collect(rows, err, scanJob)
-		return err
-	})
-	if errors.Is(err, ErrLeaseLost) {
-		return nil, fmt.Errorf("claim jobs for %s epoch %d: %w", l.Replica, l.Epoch, ErrLeaseLost)
-	}
-	if err != nil {
-		return nil, pgErr("claim jobs", err)
-	}
-	return jobs, nil
-}
-
-// UpdateFenced is Update for the owner of a claimed job: it applies only
-// while l is live and the job is owned by l's replica under l's epoch;
-// otherwise ErrFenced (or ErrLeaseLost), and nothing changes.
-func (s *Postgres) UpdateFenced(ctx context.Context, l Lease, j *job.Job) error {
-	r, err := toRow(j)
-	if err != nil {
-		return fmt.Errorf("update job %s: %w", j.ID, err)
-	}
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET
-		state = $3, reason = $4, result = $5, attempts = $6, started_at = $7, finished_at = $8,
-		guard = $9, egress = $10, callback = $11
-		WHERE id = $12 AND owner = $1 AND owner_epoch = $2 AND `+validLease,
-		l.Replica, l.Epoch, r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt,
-		r.guard, r.egress, r.callback, r.id)
-	if err != nil {
-		return pgErr("update job "+j.ID, err)
-	}
-	if tag.RowsAffected() == 1 {
-		return nil
-	}
-	if _, err := s.Get(ctx, j.ID); err != nil {
-		return fmt.Errorf("update job %s: %w", j.ID, err)
-	}
-	return fmt.Errorf("update job %s by %s epoch %d: %w", j.ID, l.Replica, l.Epoch, ErrFenced)
-}
-
-// Takeover is what one TakeOver call changed of a dead replica's records.
-type Takeover struct {
-	Dead Lease
-	// Lost are the jobs it was running, now failed/lost; Requeued its
-	// claimed but not started jobs, free for any replica to claim.
-	Lost, Requeued []*job.Job
-	// Sessions are its open sessions, now closed with reason lost; its
-	// sandboxes (labelled with its identity) are the caller's to reap.
-	Sessions []*job.Session
-}
-
-// TakeOver ends the bookkeeping of every replica whose lease expired, on
-// behalf of the live lease by, each dead replica in one transaction: its
-// running jobs fail as lost, its queued ones are released for claiming,
-// its open sessions close as lost, and its row is deleted, so a late
-// renewal or fenced write of it fails. Two replicas taking over at once
-// take disjoint dead replicas (SKIP LOCKED).
-func (s *Postgres) TakeOver(ctx context.Context, by Lease) ([]Takeover, error) {
-	var out []Takeover
-	for {
-		var t Takeover
-		done := false
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			var ok bool
-			if err := tx.QueryRow(ctx, `SELECT `+validLease, by.Replica, by.Epoch).Scan(&ok); err != nil {
-				return err
-			}
-			if !ok {
-				return ErrLeaseLost
-			}
-			var exp int64
-			err := tx.QueryRow(ctx, `SELECT id, epoch, address, lease_expires_at FROM replicas
-				WHERE lease_expires_at <= `+dbNow+` ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED`).
-				Scan(&t.Dead.Replica, &t.Dead.Epoch, &t.Dead.Address, &exp)
-			if errors.Is(err, pgx.ErrNoRows) {
-				done = true
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			t.Dead.Expires = time.Unix(0, exp).UTC()
-			rows, err := tx.Query(ctx, `UPDATE jobs SET state = 'failed', reason = $2, finished_at = `+dbNow+`,
-					result = $3, owner = '', owner_epoch = 0
-				WHERE owner = $1 AND state = 'running' RETURNING `+jobColumns,
-				t.Dead.Replica, string(job.ReasonLost), `{"ok":false,"content":"","error":"the replica running the job stopped renewing its lease"}`)
-			if t.Lost, err = collect(rows, err, scanJob); err != nil {
-				return err
-			}
-			rows, err = tx.Query(ctx, `UPDATE jobs SET owner = '', owner_epoch = 0
-				WHERE owner = $1 AND state = 'queued' RETURNING `+jobColumns, t.Dead.Replica)
-			if t.Requeued, err = collect(rows, err, scanJob); err != nil {
-				return err
-			}
-			rows, err = tx.Query(ctx, `UPDATE sessions SET state = 'closed', reason = 'lost', closed_at = `+dbNow+`
-				WHERE owner = $1 AND state IN ('creating', 'active') RETURNING `+sessionColumns, t.Dead.Replica)
-			if t.Sessions, err = collect(rows, err, scanSession); err != nil {
-				return err
-			}
-			_, err = tx.Exec(ctx, `DELETE FROM replicas WHERE id = $1 AND epoch = $2`, t.Dead.Replica, t.Dead.Epoch)
-			return err
-		})
-		if errors.Is(err, ErrLeaseLost) {
-			return out, fmt.Errorf("take over for %s epoch %d: %w", by.Replica, by.Epoch, ErrLeaseLost)
-		}
-		if err != nil {
-			return out, pgErr("take over expired replicas", err)
-		}
-		if done {
-			return out, nil
-		}
-		out = append(out, t)
-	}
-}
+// Takeover is what one TakeOver changed of a dead replica's records
+// (job.Takeover).
+type Takeover = job.Takeover
 
 // SetSessionOwner records that l's replica holds session id's sandbox.
 func (s *Postgres) SetSessionOwner(ctx context.Context, l Lease, id string) error {

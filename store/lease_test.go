@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -88,7 +89,7 @@ func TestClaimOnce(t *testing.T) {
 			defer wg.Done()
 			s, l := stores[i%3], leases[i%3]
 			for {
-				jobs, err := s.Claim(ctx, l, 7)
+				jobs, err := claimJobs(ctx, s, l, 7)
 				if err != nil {
 					t.Error(err)
 					return
@@ -147,7 +148,7 @@ func TestTakeoverAndFencing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	claimed, err := a.Claim(ctx, la, 10)
+	claimed, err := claimJobs(ctx, a, la, 10)
 	if err != nil || len(claimed) != 2 {
 		t.Fatalf("claim: %d, %v", len(claimed), err)
 	}
@@ -207,8 +208,8 @@ func TestTakeoverAndFencing(t *testing.T) {
 	// a wakes up and writes its result: fenced, nothing changes.
 	fin := time.Now().UTC()
 	run.State, run.FinishedAt = job.StateSucceeded, &fin
-	if err := a.UpdateFenced(ctx, la, run); !errors.Is(err, ErrFenced) {
-		t.Fatalf("late write of the taken-over replica: %v, want ErrFenced", err)
+	if err := a.UpdateFenced(ctx, la, run); !errors.Is(err, ErrFenced) && !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("late write of the taken-over replica: %v, want ErrFenced or ErrLeaseLost", err)
 	}
 	if got, _ := b.Get(ctx, run.ID); got.State != job.StateFailed {
 		t.Fatalf("a late write changed the job: %+v", got)
@@ -216,11 +217,11 @@ func TestTakeoverAndFencing(t *testing.T) {
 	if err := a.Renew(ctx, &la, time.Minute); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("a renews after the takeover: %v, want ErrLeaseLost", err)
 	}
-	if _, err := a.Claim(ctx, la, 10); !errors.Is(err, ErrLeaseLost) {
+	if _, err := claimJobs(ctx, a, la, 10); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("a claims after the takeover: %v, want ErrLeaseLost", err)
 	}
 	// a's claimed, unstarted job is b's to claim now.
-	again, err := b.Claim(ctx, lb, 10)
+	again, err := claimJobs(ctx, b, lb, 10)
 	if err != nil || len(again) != 1 || again[0].ID != tos[0].Requeued[0].ID {
 		t.Fatalf("b claims the released job: %+v %v", again, err)
 	}
@@ -258,5 +259,96 @@ func TestNotifyQueued(t *testing.T) {
 	case <-wake:
 	case <-time.After(5 * time.Second):
 		t.Fatal("not woken by NOTIFY")
+	}
+}
+
+// claimJobs is Claim in plain order, its jobs only.
+func claimJobs(ctx context.Context, s *Postgres, l Lease, n int) ([]*job.Job, error) {
+	cs, err := s.Claim(ctx, l, n, job.ClaimOrder{})
+	var out []*job.Job
+	for _, c := range cs {
+		out = append(out, c.Job)
+	}
+	return out, err
+}
+
+// Claims are fair across tenants: a tenant's backlog does not go first
+// because it is older; weights count (2:1), and jobs a tenant already has
+// claimed count against it. Enqueue refuses past the global capacity.
+func TestClaimFairOrder(t *testing.T) {
+	t.Parallel()
+	s := openPG(t, pgtest.Shared(t).NewDatabase(t))
+	ctx := t.Context()
+	l, err := s.Join(ctx, "r1", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 { // flood's backlog, older than everyone's
+		if err := s.Enqueue(ctx, storetest.NewJob(fmt.Sprintf("f%d", i), "flood", base.Add(time.Duration(i)*time.Millisecond)), 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		if err := s.Enqueue(ctx, storetest.NewJob(fmt.Sprintf("h%d", i), "heavy", base.Add(time.Second+time.Duration(i)*time.Millisecond)), 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	order := job.ClaimOrder{Weights: map[string]int{"heavy": 200}}
+	var got []string
+	for range 6 {
+		cs, err := s.Claim(ctx, l, 1, order)
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("claim: %+v %v", cs, err)
+		}
+		got = append(got, cs[0].Job.ID)
+	}
+	// heavy (weight 200) ranks (claimed+1)/200, flood (claimed+1)/100,
+	// a tie to the older job: h0 (.005), f0 (.01 = .01, older), h1 (.01),
+	// h2 (.015 < .02), then flood's.
+	want := []string{"h0", "f0", "h1", "h2", "f1", "f2"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claim order %v, want %v", got, want)
+	}
+	// 3 still queued (f3..f5): a capacity of 3 is full.
+	if err := s.Enqueue(ctx, storetest.NewJob("x", "other", base), 3); !errors.Is(err, job.ErrQueueFull) {
+		t.Fatalf("Enqueue past the capacity: %v, want ErrQueueFull", err)
+	}
+}
+
+// A pending job queued by its approval becomes the deciding replica's
+// (it runs there, never claimed elsewhere); a queued job of no replica
+// may not be made running by a fenced write (only a claim takes it).
+func TestFencedTakesOwner(t *testing.T) {
+	t.Parallel()
+	s := openPG(t, pgtest.Shared(t).NewDatabase(t))
+	ctx := t.Context()
+	l, err := s.Join(ctx, "r1", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := storetest.NewJob("pend", "acme", base)
+	p.State = job.StatePendingApproval
+	q := storetest.NewJob("free", "acme", base)
+	for _, j := range []*job.Job{p, q} {
+		if err := s.Create(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.State = job.StateQueued
+	if err := s.UpdateFenced(ctx, l, p); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	q.State, q.StartedAt = job.StateRunning, &now
+	if err := s.UpdateFenced(ctx, l, q); !errors.Is(err, ErrFenced) {
+		t.Fatalf("running an unclaimed job: %v, want ErrFenced", err)
+	}
+	cs, err := s.Claim(ctx, l, 10, job.ClaimOrder{})
+	if err != nil || len(cs) != 1 || cs[0].Job.ID != "free" {
+		t.Fatalf("claim: %+v %v, want only the free job (the approved one is r1's already)", cs, err)
+	}
+	p.State, p.StartedAt = job.StateRunning, &now
+	if err := s.UpdateFenced(ctx, l, p); err != nil {
+		t.Fatalf("the approved job made running by its owner: %v", err)
 	}
 }

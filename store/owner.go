@@ -11,8 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Until replicas coordinate through the store (leases, claims, fenced
-// writes), one sandboxd serves a Postgres database: a second one would run
+// Not used by serve any more (replicas hold leases: lease.go); kept for a
+// deployment that wants exactly one process per database. Without
+// replica coordination a second process on a database would run
 // crash recovery against the first one's running jobs. The serving process
 // holds a session advisory lock on a connection of its own; another
 // process finds it held and refuses to start, naming the holder.

@@ -129,6 +129,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Egress:      newEgressProvider(proxy, policies, cfg.ProviderEgress()),
 		Workspaces:  workspaces,
 		RunnerName:  cfg.Runner.Name,
+		Replica:     replicaConfig(cfg, stopServing),
 		Logger:      log.With("component", "job"),
 		Metrics:     job.NewMetrics(promReg),
 		// Completion callbacks: signed per tenant, dialled through the
@@ -303,7 +304,7 @@ func listenAndServe(ctx context.Context, cfg *config.Config, log *slog.Logger, h
 	if failed != nil && !errors.Is(failed, http.ErrServerClosed) {
 		return failed
 	}
-	if cause := context.Cause(ctx); errors.Is(cause, store.ErrOwned) {
+	if cause := context.Cause(ctx); errors.Is(cause, store.ErrOwned) || errors.Is(cause, job.ErrLeaseLost) {
 		return cause
 	}
 	return nil
@@ -327,17 +328,29 @@ func openStore(ctx context.Context, spec, dataDir string, log *slog.Logger, lost
 		if err != nil {
 			return nil, err
 		}
-		// One sandboxd per database until replicas coordinate: a
-		// second would recover the first one's running jobs as lost.
-		if err := st.HoldOwner(octx, func(err error) {
-			log.Error("store: another sandboxd took this database over; stopping", "err", err)
-			lost(err)
-		}); err != nil {
-			st.Close()
-			return nil, err
-		}
+		// Several replicas serve the database: each holds a lease
+		// (job.Config.Replica), not the database.
 		log.Info("store", "backend", "postgres", "url", store.RedactURL(spec))
 		return st, nil
 	}
 	return store.Open(filepath.Join(dataDir, "sandboxd.db"))
+}
+
+// replicaConfig is the job service's replica identity with a Postgres
+// store (nil with SQLite: one process, under the data dir's lock). A
+// replica that loses its lease stops serving (stop with job.ErrLeaseLost).
+func replicaConfig(cfg *config.Config, stop context.CancelCauseFunc) *job.ReplicaConfig {
+	if !store.IsPostgresURL(cfg.Store) {
+		return nil
+	}
+	id, addr := cfg.ReplicaID, cfg.ReplicaAddress
+	if addr == "" {
+		addr = cfg.Addr
+	}
+	if id == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(cfg.Addr)
+		id = host + ":" + port
+	}
+	return &job.ReplicaConfig{ID: id, Address: addr, LeaseTTL: cfg.ReplicaLease, OnLost: func(err error) { stop(err) }}
 }

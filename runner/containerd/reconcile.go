@@ -38,6 +38,23 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 	return reaped, errors.Join(err, r.reapSnapshots(ctx), r.host.ReapStateDirs(live, removeStateDir))
 }
 
+// ReapReplica implements runner.ReplicaReaper: the containers labelled
+// with replica (hostside.LabelReplica) in the runner's namespace,
+// wherever that replica ran.
+func (r *Runner) ReapReplica(ctx context.Context, replica string) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
+	defer cancel()
+	list, err := r.c.ContainerService().List(cctx, managedFilter)
+	if err != nil {
+		return 0, r.wrap("list containers", err)
+	}
+	found := make([]hostside.Found, 0, len(list))
+	for _, c := range list {
+		found = append(found, hostside.Found{ID: c.ID, Labels: c.Labels, Created: c.CreatedAt})
+	}
+	return r.host.ReapReplica(ctx, replica, found, r.remove)
+}
+
 // remove kills and deletes a container's task, then the container and its
 // snapshot.
 func (r *Runner) remove(ctx context.Context, id string) error {

@@ -35,6 +35,27 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 	return reaped, errors.Join(err, r.host.ReapStateDirs(live, os.RemoveAll))
 }
 
+// ReapReplica implements runner.ReplicaReaper: the containers labelled
+// with replica (hostside.LabelReplica) on the daemon, wherever that
+// replica ran.
+func (r *Runner) ReapReplica(ctx context.Context, replica string) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
+	defer cancel()
+	list, err := r.api.ContainerList(cctx, client.ContainerListOptions{
+		All: true,
+		Filters: make(client.Filters).Add("label", hostside.LabelManaged+"=true").
+			Add("label", hostside.LabelReplica+"="+replica),
+	})
+	if err != nil {
+		return 0, r.wrap("list containers", err)
+	}
+	found := make([]hostside.Found, 0, len(list.Items))
+	for _, c := range list.Items {
+		found = append(found, hostside.Found{ID: c.ID, Labels: c.Labels, Created: time.Unix(c.Created, 0)})
+	}
+	return r.host.ReapReplica(ctx, replica, found, r.removeContainer)
+}
+
 // removeContainer force-removes a container; one already going or gone
 // (hostside.Gone) is removed.
 func (r *Runner) removeContainer(ctx context.Context, id string) error {

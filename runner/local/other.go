@@ -23,3 +23,6 @@ func (r *Runner) Create(context.Context, runner.SandboxSpec) (runner.Sandbox, er
 	return nil, fmt.Errorf("local runner: %w (Linux only)", runner.ErrUnavailable)
 }
 func (r *Runner) Reap(context.Context) (int, error) { return 0, nil }
+
+// ReapReplica implements runner.ReplicaReaper: nothing to reap here.
+func (r *Runner) ReapReplica(context.Context, string) (int, error) { return 0, nil }

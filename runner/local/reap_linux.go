@@ -27,6 +27,8 @@ type owner struct {
 	ChownedUID int    `json:"chowned_uid,omitempty"` // workspace owner to restore
 	ChownedGID int    `json:"chowned_gid,omitempty"`
 	Chowned    bool   `json:"chowned,omitempty"`
+	// Replica is the sandboxd replica that made it (SandboxSpec.Replica).
+	Replica string `json:"replica,omitempty"`
 }
 
 func writeOwner(dir string, o owner) error {
@@ -99,6 +101,46 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 		if own.PID != 0 && own.PID != os.Getpid() && own.Start != "" && procStart(own.PID) == own.Start {
 			continue // another live runner process owns it
 		}
+		if err := r.destroy(dir, own); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// ReapReplica implements runner.ReplicaReaper: the sandboxes in StateDir
+// whose record names replica, whether their runner process lives or not
+// (the replica lost its lease), except those open in this process.
+func (r *Runner) ReapReplica(ctx context.Context, replica string) (int, error) {
+	entries, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil || replica == "" {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		if !e.IsDir() || !hostside.ValidID(e.Name()) {
+			continue
+		}
+		r.mu.Lock()
+		_, live := r.live[e.Name()]
+		r.mu.Unlock()
+		if live {
+			continue
+		}
+		dir := filepath.Join(r.cfg.StateDir, e.Name())
+		var own owner
+		b, err := os.ReadFile(filepath.Join(dir, "owner.json"))
+		if err != nil || json.Unmarshal(b, &own) != nil || own.Replica != replica {
+			continue
+		}
+		// Its cgroup's destruction kills its processes, whether the
+		// replica that made it lives (paused past its lease) or not.
 		if err := r.destroy(dir, own); err != nil {
 			errs = append(errs, err)
 			continue

@@ -236,7 +236,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		}
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	own := owner{PID: os.Getpid(), Start: procStart(os.Getpid()), Cgroup: filepath.Join(r.cfg.CgroupParent, spec.ID)}
+	own := owner{PID: os.Getpid(), Start: procStart(os.Getpid()), Cgroup: filepath.Join(r.cfg.CgroupParent, spec.ID), Replica: spec.Replica}
 	if r.cg != nil && spec.Tenant != "" {
 		// Under the tenant's group, whose weight shares the CPU by tenant.
 		tg, err := r.tenantGroup(spec.Tenant, spec.TenantWeight)

@@ -20,6 +20,9 @@ const (
 	LabelManaged = "sandboxd.managed"
 	LabelOwner   = "sandboxd.owner"
 	LabelSandbox = "sandboxd.sandbox"
+	// LabelReplica is the sandboxd replica that made the sandbox
+	// (SandboxSpec.Replica), for runner.ReplicaReaper.
+	LabelReplica = "sandboxd.replica"
 )
 
 // Timeouts of the container runners' daemon calls: a daemon that does not
@@ -115,7 +118,34 @@ func (in *Instance) Labels(spec runner.SandboxSpec) map[string]string {
 		labels = map[string]string{}
 	}
 	maps.Copy(labels, in.ObjectLabels(spec.ID))
+	if spec.Replica != "" {
+		labels[LabelReplica] = spec.Replica
+	}
 	return labels
+}
+
+// ReapReplica removes with remove every object among found that replica
+// made (LabelReplica) and this instance does not hold, whether its
+// process lives or not: the replica lost its lease. It returns how many
+// it removed.
+func (in *Instance) ReapReplica(ctx context.Context, replica string, found []Found, remove func(ctx context.Context, id string) error) (int, error) {
+	var errs []error
+	n := 0
+	for _, c := range found {
+		if replica == "" || c.Labels[LabelReplica] != replica || (c.Labels[LabelOwner] == in.ID && in.Held(c.Labels[LabelSandbox])) {
+			continue
+		}
+		if err := remove(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := RestoreWorkspace(c.Labels); err != nil {
+			errs = append(errs, err)
+		}
+		n++
+		in.Log.Info(in.Name+" runner: reaped a dead replica's sandbox", "sandbox", c.Labels[LabelSandbox], "container", c.ID, "replica", replica)
+	}
+	return n, errors.Join(errs...)
 }
 
 // ObjectLabels are the labels of what this instance creates for sandbox

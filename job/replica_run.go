@@ -1,0 +1,339 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runner"
+)
+
+// replica is the service's side of the replica coordination (replica.go):
+// its lease, renewed by leaseLoop, the dispatcher that claims queued jobs
+// for free workers, and the takeover of expired replicas.
+type replica struct {
+	c   Coordinator
+	cfg ReplicaConfig
+
+	mu    sync.Mutex
+	lease Lease
+
+	lost     atomic.Bool
+	lostOnce sync.Once
+	// busy counts the claimed jobs not finished; the dispatcher claims
+	// only for workers left free.
+	busy atomic.Int64
+	wake chan struct{}
+}
+
+func (r *replica) current() Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lease
+}
+
+// poke wakes the dispatcher (never blocks).
+func (r *replica) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fencedStore is the service's store on a replica: every write of a job
+// or session is fenced by the replica's lease (Coordinator.UpdateFenced).
+type fencedStore struct {
+	Store
+	r *replica
+}
+
+func (f fencedStore) Update(ctx context.Context, j *Job) error {
+	return f.r.c.UpdateFenced(ctx, f.r.current(), j)
+}
+
+func (f fencedStore) CreateSession(ctx context.Context, ss *Session) error {
+	return f.r.c.CreateSessionOwned(ctx, f.r.current(), ss)
+}
+
+func (f fencedStore) UpdateSession(ctx context.Context, ss *Session) error {
+	return f.r.c.UpdateSessionFenced(ctx, f.r.current(), ss)
+}
+
+// Replica is this service's replica identity and current lease; ok is
+// false without Config.Replica.
+func (s *Service) Replica() (l Lease, ok bool) {
+	if s.rep == nil {
+		return Lease{}, false
+	}
+	return s.rep.current(), true
+}
+
+// Coordinator is the store's replica coordination (nil without
+// Config.Replica).
+func (s *Service) Coordinator() Coordinator {
+	if s.rep == nil {
+		return nil
+	}
+	return s.rep.c
+}
+
+func newReplica(cfg ReplicaConfig, st Store) (*replica, error) {
+	c, ok := st.(Coordinator)
+	if !ok {
+		return nil, errors.New("job.New: replicas need a store that coordinates them (Postgres)")
+	}
+	if cfg.ID == "" {
+		return nil, errors.New("job.New: a replica needs an id")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 15 * time.Second
+	}
+	return &replica{c: c, cfg: cfg, wake: make(chan struct{}, 1)}, nil
+}
+
+// startReplica joins (a new epoch), takes over what the previous process
+// of this replica and every expired replica left, and starts the lease
+// loop, the listener and the dispatcher.
+func (s *Service) startReplica(ctx context.Context) error {
+	l, err := s.rep.c.Join(ctx, s.rep.cfg.ID, s.rep.cfg.Address, s.rep.cfg.LeaseTTL)
+	if err != nil {
+		return fmt.Errorf("start: join as replica %s: %w", s.rep.cfg.ID, err)
+	}
+	s.rep.mu.Lock()
+	s.rep.lease = l
+	s.rep.mu.Unlock()
+	s.log.Info("joined as replica", "replica", l.Replica, "epoch", l.Epoch, "address", l.Address)
+	if err := s.takeOver(ctx); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	s.sbg.Go(s.leaseLoop)
+	s.sbg.Go(s.listenQueued)
+	s.bg.Go(s.dispatch)
+	return nil
+}
+
+// leaseLost stops this replica serving: once, it logs, refuses new work
+// and calls OnLost (the process stops).
+func (s *Service) leaseLost(err error) {
+	s.rep.lostOnce.Do(func() {
+		s.rep.lost.Store(true)
+		s.log.Error("replica lease lost: stopping serving", "replica", s.rep.cfg.ID, "err", err)
+		s.sched.close()
+		if s.rep.cfg.OnLost != nil {
+			go s.rep.cfg.OnLost(err)
+		}
+	})
+}
+
+// leaseLoop renews the lease every LeaseTTL/3 and takes over expired
+// replicas. A renewal that finds the lease lost, or no successful renewal
+// for LeaseTTL (the database away), loses it.
+func (s *Service) leaseLoop() {
+	ttl := s.rep.cfg.LeaseTTL
+	t := time.NewTicker(ttl / 3)
+	defer t.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), ttl/3)
+		l := s.rep.current()
+		err := s.rep.c.Renew(ctx, &l, ttl)
+		cancel()
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			s.leaseLost(err)
+			return
+		case err != nil:
+			if time.Since(lastOK) > ttl {
+				s.leaseLost(fmt.Errorf("not renewed for %s: %w", ttl, err))
+				return
+			}
+			s.log.Warn("renew replica lease", "err", err)
+			continue
+		}
+		lastOK = time.Now()
+		s.rep.mu.Lock()
+		s.rep.lease.Expires = l.Expires
+		s.rep.mu.Unlock()
+		ctx, cancel = context.WithTimeout(context.Background(), ttl/3)
+		if err := s.takeOver(ctx); err != nil {
+			s.log.Warn("take over expired replicas", "err", err)
+		}
+		cancel()
+		s.rep.poke() // a safety net for a NOTIFY missed while the database was away
+	}
+}
+
+// takeOver ends the bookkeeping of the expired replicas (and of this
+// replica's previous process): lost jobs get their finished event and
+// callback, sessions' workspaces here go, the dead replica's sandboxes
+// are reaped when the runner reaches them, and the released jobs are
+// claimed.
+func (s *Service) takeOver(ctx context.Context) error {
+	tos, err := s.rep.c.TakeOver(ctx, s.rep.current())
+	for _, t := range tos {
+		for _, j := range t.Lost {
+			if seq, err := s.lastSeq(ctx, j.ID); err == nil {
+				typ := EventFinished
+				evs := []EventRecord{{JobID: j.ID, Seq: seq + 1, Type: typ, Time: time.Now().UTC()}}
+				if err := s.st.AppendEvents(ctx, evs); err != nil {
+					s.log.Warn("record the lost job's finished event", "job", j.ID, "err", err)
+				}
+			}
+			s.m.jobs.WithLabelValues(j.Tenant, j.Tool, j.Runner, OutcomeLost).Inc()
+			s.startCallback(j)
+		}
+		for _, ss := range t.Sessions {
+			if t.Dead.Replica == s.rep.cfg.ID {
+				s.removeWorkspace(filepath.Join(s.cfg.WorkDir, "sessions", ss.ID))
+			}
+			s.m.sessionsClosed.WithLabelValues(SessionReasonLost).Inc()
+		}
+		reaped := 0
+		if rr, ok := s.r.(runner.ReplicaReaper); ok {
+			n, rerr := rr.ReapReplica(ctx, t.Dead.Replica)
+			if rerr != nil {
+				s.log.Warn("reap the sandboxes of a dead replica", "replica", t.Dead.Replica, "err", rerr)
+			}
+			reaped = n
+		}
+		s.log.Warn("took over a replica whose lease expired", "replica", t.Dead.Replica, "epoch", t.Dead.Epoch,
+			"lost_jobs", len(t.Lost), "requeued_jobs", len(t.Requeued), "lost_sessions", len(t.Sessions), "reaped_sandboxes", reaped)
+		if len(t.Requeued) > 0 {
+			s.rep.poke()
+		}
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		s.leaseLost(err)
+	}
+	return err
+}
+
+// listenQueued wakes the dispatcher on every announced job, listening
+// again after the database comes back.
+func (s *Service) listenQueued() {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-s.quit; cancel() }()
+	for ctx.Err() == nil {
+		ready := make(chan struct{})
+		err := s.rep.c.WaitQueued(ctx, s.rep.wake, ready)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("listen for queued jobs (retrying)", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		s.rep.poke()
+	}
+}
+
+// dispatch claims queued jobs for this replica's free workers, whenever
+// woken (a job announced or submitted here, a worker freed) and every
+// second, and hands them to the local scheduler.
+func (s *Service) dispatch() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	order := ClaimOrder{Weights: map[string]int{}}
+	for t, sh := range s.cfg.Shares {
+		order.Weights[t] = sh.Weight
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.rep.wake:
+		case <-tick.C:
+		}
+		for !s.rep.lost.Load() {
+			free := s.cfg.Queue.Workers - int(s.rep.busy.Load())
+			if free <= 0 {
+				break
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+			cs, err := s.rep.c.Claim(ctx, s.rep.current(), min(free, 32), order)
+			cancel()
+			if errors.Is(err, ErrLeaseLost) {
+				s.leaseLost(err)
+				return
+			}
+			if err != nil {
+				s.log.Warn("claim queued jobs", "err", err)
+				select {
+				case <-s.quit:
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, time.Second)
+				break
+			}
+			backoff = 50 * time.Millisecond
+			for _, c := range cs {
+				s.rep.busy.Add(1)
+				e := s.entryAfter(c.Job, nil, nil, c.LastSeq)
+				e.claimed = true
+				if c.LastSeq == 0 {
+					e.events.emit(Event{Type: EventQueued, Time: c.Job.CreatedAt, Job: cloneJob(c.Job)})
+				}
+				s.register(e)
+				s.slots <- struct{}{} // room: claims never exceed the workers
+				s.m.queueDepth.Inc()
+				s.sched.push(e)
+			}
+			if len(cs) < free {
+				break
+			}
+		}
+	}
+}
+
+// enqueueShared is Submit's queueing on a replica: the job is recorded
+// queued in the store, where any replica's free worker claims it; the
+// queue's capacity counts every replica's queued jobs.
+func (s *Service) enqueueShared(ctx context.Context, j *Job) error {
+	if s.rep.lost.Load() {
+		return fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
+	}
+	if err := s.rep.c.Enqueue(ctx, j, s.cfg.Queue.Size); err != nil {
+		return err
+	}
+	s.rep.poke()
+	return nil
+}
+
+// waitShared is Wait for a job this replica does not run (yet): it polls
+// the store, switching to the local entry once this replica claims it.
+func (s *Service) waitShared(ctx context.Context, tenant, id string) (*Job, error) {
+	d := 2 * time.Millisecond
+	for {
+		if e := s.entry(id); e != nil && visible(tenant, e.tenant()) {
+			select {
+			case <-e.done:
+				return e.snapshot(), nil
+			case <-ctx.Done():
+				return e.snapshot(), ctx.Err()
+			}
+		}
+		j, err := s.Get(ctx, tenant, id)
+		if err != nil || j.State.Terminal() {
+			return j, err
+		}
+		select {
+		case <-ctx.Done():
+			return j, ctx.Err()
+		case <-time.After(d):
+		}
+		d = min(2*d, 100*time.Millisecond)
+	}
+}

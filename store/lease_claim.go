@@ -1,0 +1,315 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/job"
+)
+
+// extraScan scans a row of a scan function's columns followed by extra
+// ones.
+type extraScan struct {
+	sc    scanner
+	extra []any
+}
+
+func (e extraScan) Scan(dest ...any) error { return e.sc.Scan(append(dest, e.extra...)...) }
+
+// Claim takes up to n queued jobs no replica owns for l, in o's fair
+// order (job.ClaimOrder), in one statement: FOR UPDATE SKIP LOCKED, so
+// concurrent claimers take disjoint jobs and each job is claimed once. A
+// lost lease claims nothing (ErrLeaseLost).
+func (s *Postgres) Claim(ctx context.Context, l Lease, n int, o job.ClaimOrder) ([]job.Claimed, error) {
+	var tenants []string
+	var weights, caps []int32
+	seen := map[string]bool{}
+	for t := range o.Weights {
+		seen[t] = true
+	}
+	for t := range o.Caps {
+		seen[t] = true
+	}
+	defCap := o.DefaultCap
+	if defCap <= 0 {
+		defCap = math.MaxInt32
+	}
+	for t := range seen {
+		w, c := o.Weights[t], o.Caps[t]
+		if w <= 0 {
+			w = config.DefaultTenantWeight
+		}
+		if c <= 0 {
+			c = defCap
+		}
+		tenants, weights, caps = append(tenants, t), append(weights, int32(w)), append(caps, int32(c))
+	}
+	// A tenant's k-th queued job (by age) ranks (claimed + k) / weight,
+	// claimed counting its jobs any replica holds; it is claimable while
+	// claimed + k <= cap.
+	rows, err := s.pool.Query(ctx, `UPDATE jobs SET owner = $1, owner_epoch = $2
+		WHERE id IN (
+			SELECT j.id FROM jobs j JOIN (
+				SELECT c.id, c.created_at,
+					(COALESCE(r.n, 0) + c.rk)::float8 / COALESCE(w.weight, $4::int) AS prio,
+					COALESCE(w.cap, $5::int) - COALESCE(r.n, 0) - c.rk AS room
+				FROM (SELECT id, tenant, created_at,
+						row_number() OVER (PARTITION BY tenant ORDER BY created_at, id) AS rk
+					FROM jobs WHERE state = 'queued' AND owner = '' AND session_id = '') c
+				LEFT JOIN (SELECT tenant, count(*) AS n FROM jobs WHERE owner != ''
+					AND state IN ('queued', 'running') GROUP BY tenant) r ON r.tenant = c.tenant
+				LEFT JOIN unnest($6::text[], $7::int[], $8::int[]) AS w(tenant, weight, cap) ON w.tenant = c.tenant
+			) o ON o.id = j.id
+			WHERE j.state = 'queued' AND j.owner = '' AND j.session_id = '' AND o.room >= 0 AND `+validLease+`
+			ORDER BY o.prio, o.created_at, j.id LIMIT $3
+			FOR UPDATE OF j SKIP LOCKED)
+		RETURNING `+jobColumns+`, (SELECT COALESCE(MAX(e.seq), 0) FROM job_events e WHERE e.job_id = jobs.id)`,
+		l.Replica, l.Epoch, n, config.DefaultTenantWeight, defCap, tenants, weights, caps)
+	out, err := collect(rows, err, func(sc scanner) (job.Claimed, error) {
+		var c job.Claimed
+		var seq int64
+		j, err := scanJob(extraScan{sc, []any{&seq}})
+		c.Job, c.LastSeq = j, int(seq)
+		return c, err
+	})
+	if err != nil {
+		return nil, pgErr("claim jobs", err)
+	}
+	if len(out) == 0 {
+		if err := s.checkLease(ctx, l); err != nil {
+			return nil, fmt.Errorf("claim jobs: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// checkLease is nil while l is live, else ErrLeaseLost.
+func (s *Postgres) checkLease(ctx context.Context, l Lease) error {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT `+validLease, l.Replica, l.Epoch).Scan(&ok); err != nil {
+		return pgErr("check lease", err)
+	}
+	if !ok {
+		return fmt.Errorf("lease of %s epoch %d: %w", l.Replica, l.Epoch, ErrLeaseLost)
+	}
+	return nil
+}
+
+// Enqueue implements job.Coordinator: one statement inserts the job when
+// the store holds fewer than capacity queued jobs and notifies the
+// replicas.
+func (s *Postgres) Enqueue(ctx context.Context, j *job.Job, capacity int) error {
+	r, err := toRow(j)
+	if err != nil {
+		return fmt.Errorf("enqueue job %s: %w", j.ID, err)
+	}
+	rows, err := s.pool.Query(ctx, `WITH ins AS (INSERT INTO jobs (`+jobColumns+`)
+		SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text,
+			$9::text, $10::text, $11::text, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16::text,
+			$17::text, $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text
+		WHERE (SELECT count(*) FROM jobs WHERE state = 'queued') < $24
+		RETURNING id)
+		SELECT pg_notify('`+jobsChannel+`', '') FROM ins`,
+		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
+		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
+		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity)
+	n := 0
+	if err == nil {
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		err = rows.Err()
+	}
+	if pgUnique(err) {
+		return fmt.Errorf("enqueue job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
+	}
+	if err != nil {
+		return pgErr("enqueue job "+j.ID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("enqueue job %s: %w (%d queued across replicas)", j.ID, job.ErrQueueFull, capacity)
+	}
+	return nil
+}
+
+// takesOwner is the condition (over the row before an UpdateFenced, $9
+// the new state) under which the writer becomes the job's owner: a
+// session's job made running, or a pending job queued by its approval on
+// the replica that holds it (it runs there; TakeOver frees it if that
+// replica dies).
+const takesOwner = `owner = '' AND (session_id != '' OR (state = 'pending_approval' AND $9::text = 'queued'))`
+
+// UpdateFenced implements job.Coordinator: the write applies only while
+// l is live and the job is owned by l's replica under l's epoch, or by no
+// replica and not being made running (a cancel of a queued job, an
+// approval's outcome). A session's job is never claimed (it runs on the
+// replica holding the session's sandbox): the write making it running
+// makes l its owner, as the write queuing an approved job does
+// (takesOwner). Otherwise ErrFenced (or ErrLeaseLost), and nothing
+// changes.
+func (s *Postgres) UpdateFenced(ctx context.Context, l Lease, j *job.Job) error {
+	r, err := toRow(j)
+	if err != nil {
+		return fmt.Errorf("update job %s: %w", j.ID, err)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET
+		tool = $3, call_id = $4, args = $5, idempotency_key = $6, runner = $7, limits = $8,
+		state = $9, reason = $10, result = $11, attempts = $12, started_at = $13, finished_at = $14,
+		guard = $15, egress = $16, callback = $17, tags = $18, metadata = $19, cached = $20, hooks = $21,
+		owner = CASE WHEN `+takesOwner+` THEN $1 ELSE owner END,
+		owner_epoch = CASE WHEN `+takesOwner+` THEN $2 ELSE owner_epoch END
+		WHERE id = $22 AND ((owner = $1 AND owner_epoch = $2) OR (owner = '' AND ($9::text != 'running' OR session_id != ''))) AND `+validLease,
+		l.Replica, l.Epoch, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
+		r.state, r.reason, r.result, r.attempts, r.startedAt, r.finishedAt, r.guard, r.egress, r.callback,
+		r.tags, r.metadata, r.cached, r.hooks, r.id)
+	if pgUnique(err) {
+		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
+	}
+	if err != nil {
+		return pgErr("update job "+j.ID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	if _, err := s.Get(ctx, j.ID); err != nil {
+		return fmt.Errorf("update job %s: %w", j.ID, err)
+	}
+	if err := s.checkLease(ctx, l); err != nil {
+		return fmt.Errorf("update job %s: %w", j.ID, err)
+	}
+	return fmt.Errorf("update job %s by %s epoch %d: %w", j.ID, l.Replica, l.Epoch, ErrFenced)
+}
+
+// CreateSessionOwned implements job.Coordinator.
+func (s *Postgres) CreateSessionOwned(ctx context.Context, l Lease, ss *job.Session) error {
+	if err := s.CreateSession(ctx, ss); err != nil {
+		return err
+	}
+	return s.SetSessionOwner(ctx, l, ss.ID)
+}
+
+// UpdateSessionFenced implements job.Coordinator.
+func (s *Postgres) UpdateSessionFenced(ctx context.Context, l Lease, ss *job.Session) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE sessions SET state = $3, reason = $4, last_used_at = $5, closed_at = $6
+		WHERE id = $7 AND ((owner = $1 AND owner_epoch = $2) OR owner = '') AND `+validLease,
+		l.Replica, l.Epoch, string(ss.State), ss.Reason, ss.LastUsedAt.UnixNano(), nullTime(ss.ClosedAt), ss.ID)
+	if err != nil {
+		return pgErr("update session "+ss.ID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	if _, err := s.GetSession(ctx, ss.ID); err != nil {
+		return fmt.Errorf("update session %s: %w", ss.ID, err)
+	}
+	if err := s.checkLease(ctx, l); err != nil {
+		return fmt.Errorf("update session %s: %w", ss.ID, err)
+	}
+	return fmt.Errorf("update session %s by %s epoch %d: %w", ss.ID, l.Replica, l.Epoch, ErrFenced)
+}
+
+// SessionOwner implements job.Coordinator.
+func (s *Postgres) SessionOwner(ctx context.Context, id string) (Lease, error) {
+	var l Lease
+	var exp int64
+	err := s.pool.QueryRow(ctx, `SELECT r.id, r.epoch, r.address, r.lease_expires_at
+		FROM sessions ss JOIN replicas r ON r.id = ss.owner AND r.epoch = ss.owner_epoch
+		WHERE ss.id = $1 AND r.lease_expires_at > `+dbNow, id).Scan(&l.Replica, &l.Epoch, &l.Address, &exp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, fmt.Errorf("owner of session %s: %w", id, job.ErrSessionNotFound)
+	}
+	if err != nil {
+		return Lease{}, pgErr("owner of session "+id, err)
+	}
+	l.Expires = time.Unix(0, exp).UTC()
+	return l, nil
+}
+
+// TakeOver ends the bookkeeping of every replica whose lease expired, on
+// behalf of the live lease by, each dead replica in one transaction: its
+// running jobs fail as lost, its queued ones are released for claiming,
+// its open sessions close as lost, and its row is deleted, so a late
+// renewal or fenced write of it fails. Two replicas taking over at once
+// take disjoint dead replicas (SKIP LOCKED). The records by's replica
+// holds under an earlier epoch (the process before a restart) are taken
+// over first, as a Takeover whose Dead is by's replica at epoch by-1.
+func (s *Postgres) TakeOver(ctx context.Context, by Lease) ([]Takeover, error) {
+	var out []Takeover
+	own := true
+	for {
+		var t Takeover
+		done := false
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var ok bool
+			if err := tx.QueryRow(ctx, `SELECT `+validLease, by.Replica, by.Epoch).Scan(&ok); err != nil {
+				return err
+			}
+			if !ok {
+				return ErrLeaseLost
+			}
+			if own {
+				t.Dead = Lease{Replica: by.Replica, Epoch: by.Epoch - 1, Address: by.Address}
+				return takeOverRows(ctx, tx, &t, `owner = $1 AND owner_epoch < $2`, by.Replica, by.Epoch)
+			}
+			var exp int64
+			err := tx.QueryRow(ctx, `SELECT id, epoch, address, lease_expires_at FROM replicas
+				WHERE lease_expires_at <= `+dbNow+` ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED`).
+				Scan(&t.Dead.Replica, &t.Dead.Epoch, &t.Dead.Address, &exp)
+			if errors.Is(err, pgx.ErrNoRows) {
+				done = true
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			t.Dead.Expires = time.Unix(0, exp).UTC()
+			if err := takeOverRows(ctx, tx, &t, `owner = $1`, t.Dead.Replica); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `DELETE FROM replicas WHERE id = $1 AND epoch = $2`, t.Dead.Replica, t.Dead.Epoch)
+			return err
+		})
+		if errors.Is(err, ErrLeaseLost) {
+			return out, fmt.Errorf("take over for %s epoch %d: %w", by.Replica, by.Epoch, ErrLeaseLost)
+		}
+		if err != nil {
+			return out, pgErr("take over expired replicas", err)
+		}
+		if done {
+			return out, nil
+		}
+		if !own || len(t.Lost)+len(t.Requeued)+len(t.Sessions) > 0 {
+			out = append(out, t)
+		}
+		own = false
+	}
+}
+
+// takeOverRows ends the jobs and sessions matching owned (a condition on
+// owner and owner_epoch over args) into t.
+func takeOverRows(ctx context.Context, tx pgx.Tx, t *Takeover, owned string, args ...any) error {
+	n := len(args)
+	rows, err := tx.Query(ctx, fmt.Sprintf(`UPDATE jobs SET state = 'failed', reason = $%d, finished_at = `+dbNow+`,
+			result = $%d, owner = '', owner_epoch = 0
+		WHERE `+owned+` AND state = 'running' RETURNING `+jobColumns, n+1, n+2),
+		append(args, string(job.ReasonLost), `{"ok":false,"content":"","error":"the replica running the job stopped renewing its lease"}`)...)
+	if t.Lost, err = collect(rows, err, scanJob); err != nil {
+		return err
+	}
+	rows, err = tx.Query(ctx, `UPDATE jobs SET owner = '', owner_epoch = 0
+		WHERE `+owned+` AND state = 'queued' RETURNING `+jobColumns, args...)
+	if t.Requeued, err = collect(rows, err, scanJob); err != nil {
+		return err
+	}
+	rows, err = tx.Query(ctx, `UPDATE sessions SET state = 'closed', reason = 'lost', closed_at = `+dbNow+`
+		WHERE `+owned+` AND state IN ('creating', 'active') RETURNING `+sessionColumns, args...)
+	t.Sessions, err = collect(rows, err, scanSession)
+	return err
+}
