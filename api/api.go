@@ -68,6 +68,12 @@ type Options struct {
 	// a tenant's key: the handler of that tenant's MCP sessions
 	// (mcpserver.Server.HandlerFor); nil: no such route.
 	MCP func(tenant string) http.Handler
+	// Cluster and ReplicaSecret, both set, forward a request for a
+	// session, job or MCP session another replica holds to it, and accept
+	// such forwards (forward.go); without them every request is served
+	// here.
+	Cluster       Cluster
+	ReplicaSecret string
 }
 
 func (o *Options) setDefaults() {
@@ -85,6 +91,10 @@ type server struct {
 	svc  JobService
 	opts Options
 	log  *slog.Logger
+	// fwd forwards to other replicas, fwdAuth checks their forwards (nil
+	// on a single process).
+	fwd     *forwarder
+	fwdAuth *forwardAuth
 }
 
 // New returns the HTTP handler of the API. Routes:
@@ -108,6 +118,10 @@ type server struct {
 func New(svc JobService, opts Options) http.Handler {
 	opts.setDefaults()
 	s := &server{svc: svc, opts: opts, log: opts.Logger}
+	if opts.Cluster != nil && opts.ReplicaSecret != "" {
+		s.fwd = newForwarder(s, opts.Cluster, opts.ReplicaSecret)
+		s.fwdAuth = s.fwd.auth
+	}
 	m := newHTTPMetrics(opts.Registerer, opts.Logger)
 
 	r := chi.NewRouter()
@@ -127,7 +141,7 @@ func New(svc JobService, opts Options) http.Handler {
 	r.Method(http.MethodGet, dashboard.Prefix+"*", dashboard.Handler())
 	authn := newAuthenticator(opts.Keys, opts.OperatorKeys).middleware(s)
 	if opts.MCP != nil {
-		r.With(authn, s.requireTenant).Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.With(authn, s.requireTenant, s.fwd.mcpRoute).Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			opts.MCP(tenantFrom(r.Context())).ServeHTTP(w, r)
 		}))
 	}

@@ -44,7 +44,7 @@ func (rs *approvalsResource) Routes() chi.Router {
 	r := chi.NewRouter()
 	r.Get("/", rs.list)
 	r.Get("/{id}", rs.get)
-	r.Post("/{id}", rs.decide)
+	r.With(rs.fwd.approvalRoute(rs.as)).Post("/{id}", rs.decide)
 	return r
 }
 

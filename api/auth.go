@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -70,7 +71,23 @@ func (a *authenticator) middleware(s *server) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			who := principal{tenant: DefaultTenant, operator: true}
-			if len(a.keys) > 0 {
+			ctx := r.Context()
+			if r.Header.Get(hdrForward) != "" {
+				// A replica's forward (forward.go): the principal is the
+				// envelope's, which only a replica can sign.
+				var err error
+				if s.fwdAuth == nil {
+					err = fmt.Errorf("%w: forwarding is not configured here (replica_secret)", errForgedForward)
+				} else {
+					who, err = s.fwdAuth.verify(r)
+				}
+				if err != nil {
+					logger(ctx, s.log).Warn("refused a forwarded request", "err", err, "from", r.Header.Get(hdrForwardFrom), "remote", r.RemoteAddr)
+					s.writeError(w, r, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "forwarded request refused: bad or replayed replica signature"})
+					return
+				}
+				ctx = context.WithValue(ctx, forwardedKey{}, true)
+			} else if len(a.keys) > 0 {
 				key := presentedKey(r)
 				if key == "" {
 					s.writeError(w, r, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing API key (Authorization: Bearer KEY or X-API-Key)"})
@@ -82,7 +99,7 @@ func (a *authenticator) middleware(s *server) func(http.Handler) http.Handler {
 					return
 				}
 			}
-			ctx := context.WithValue(r.Context(), principalKey, who)
+			ctx = context.WithValue(ctx, principalKey, who)
 			l := logger(r.Context(), s.log)
 			if who.tenant != "" {
 				l = l.With("tenant", who.tenant)

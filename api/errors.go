@@ -36,6 +36,9 @@ const (
 	// CodeIdempotencyKeyReused: the key was used for a different request.
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
 	CodeStoreUnavailable     = "store_unavailable"
+	// CodeReplicaUnavailable: the replica holding the session or job
+	// does not answer a forwarded request.
+	CodeReplicaUnavailable = "replica_unavailable"
 )
 
 // Error is an API error: an HTTP status and the JSON error body. Handlers

@@ -25,8 +25,9 @@ func (rs *jobsResource) Routes() chi.Router {
 	r.Get("/", rs.list)
 	r.Route("/{id}", func(r chi.Router) {
 		r.Get("/", rs.get)
-		r.With(rs.requireTenant).Post("/cancel", rs.cancel)
-		r.Get("/events", rs.events)
+		// Answered by the replica holding the job (forward.go).
+		r.With(rs.requireTenant, rs.fwd.jobRoute).Post("/cancel", rs.cancel)
+		r.With(rs.fwd.jobRoute).Get("/events", rs.events)
 		if ts, ok := rs.svc.(TimelineService); ok {
 			r.Get("/timeline", (&timelines{rs.server, ts}).get)
 		}
@@ -56,6 +57,9 @@ func (rs *jobsResource) submit(w http.ResponseWriter, r *http.Request) {
 		}
 		rs.writeError(w, r, badRequest("reading the request body: "+err.Error()))
 		return
+	}
+	if rs.fwd.toSession(w, r, peekSessionID(body), body) {
+		return // the session's replica answers
 	}
 	req, err := decodeSubmit(body, r.Header.Get("Idempotency-Key"))
 	if err != nil {
@@ -109,6 +113,9 @@ func (rs *jobsResource) get(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		rs.writeError(w, r, err)
 		return
+	}
+	if wait > 0 && rs.fwd.toJob(w, r, chi.URLParam(r, "id")) {
+		return // the job's replica answers when it ends
 	}
 	tenant := readScope(r.Context())
 	j, err := rs.svc.Get(r.Context(), tenant, chi.URLParam(r, "id"))
@@ -172,6 +179,9 @@ func (rs *jobsResource) list(w http.ResponseWriter, r *http.Request) {
 
 func (rs *jobsResource) cancel(w http.ResponseWriter, r *http.Request) {
 	j, err := rs.svc.Cancel(r.Context(), tenantFrom(r.Context()), chi.URLParam(r, "id"))
+	if errors.Is(err, job.ErrFenced) && rs.fwd.toJob(w, r, chi.URLParam(r, "id")) {
+		return // claimed by another replica meanwhile: cancelled there
+	}
 	if err != nil {
 		rs.writeError(w, r, err)
 		return

@@ -28,6 +28,8 @@ func (rs *sessionsResource) Routes() chi.Router {
 	r.With(rs.requireTenant).Post("/", rs.create)
 	r.Get("/", rs.list)
 	r.Route("/{id}", func(r chi.Router) {
+		// Served by the replica holding the session (forward.go).
+		r.Use(rs.fwd.sessionRoute)
 		r.Get("/", rs.get)
 		r.Group(func(r chi.Router) {
 			r.Use(rs.requireTenant)

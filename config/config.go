@@ -12,7 +12,8 @@
 //  1. Add the field with its tags: yaml:"name" (the key), doc:"..." (what it
 //     does, the README's text) and, as needed, env:"SANDBOXD_NAME",
 //     flag:"name" (a serve flag), check:"positive", "nonnegative",
-//     "abspath", "required", "hostport" or "oneof=a b c" (comma-separated),
+//     "abspath", "required", "hostport", "secret" (empty, or at least 32
+//     bytes; never shown) or "oneof=a b c" (comma-separated),
 //     and default:"text" when the default is not a plain value (computed
 //     at start, or the runner's own).
 //  2. Set its default in Defaults() below; zero means none or off, and the
@@ -47,10 +48,13 @@ type Config struct {
 	Store       string `yaml:"store" env:"SANDBOXD_STORE" flag:"store" check:"store" default:"sqlite: data_dir/sandboxd.db" doc:"where jobs, sessions, approvals, events and artifacts are kept: sqlite (one replica, embedded) or a postgres://USER:PASSWORD@HOST:PORT/DB URL (pgx parameters such as pool_max_conns apply), the store several replicas share (README: Running several replicas); the schema is migrated at start, and a database migrated by a newer sandboxd is refused; its password is never logged"`
 	// ReplicaID and ReplicaAddress name this process among the replicas
 	// sharing a Postgres store (unused with SQLite).
-	ReplicaID      string        `yaml:"replica_id" env:"SANDBOXD_REPLICA_ID" flag:"replica-id" default:"the host name and the API port" doc:"with a postgres store: this replica's identity, stable across its restarts (a restarted replica takes its previous process's jobs and sessions over at once; its sandboxes carry it in their labels, so a live replica reaps them when its lease expires); two live processes must never share one"`
-	ReplicaAddress string        `yaml:"replica_address" env:"SANDBOXD_REPLICA_ADDRESS" flag:"replica-address" default:"the API address" doc:"with a postgres store: the HOST:PORT other replicas reach this one at (forwarded session requests)"`
-	ReplicaLease   time.Duration `yaml:"replica_lease" env:"SANDBOXD_REPLICA_LEASE" flag:"replica-lease" default:"15s" doc:"with a postgres store: how long this replica's lease lasts unrenewed (renewed every third of it): how soon another replica takes a dead one's jobs, sessions and sandboxes over, and how long a database outage a replica survives before it stops serving"`
-	LogLevel       string        `yaml:"log_level" env:"SANDBOXD_LOG_LEVEL" flag:"log-level" check:"oneof=debug info warn error" doc:"debug, info, warn or error; text to stderr (a line per HTTP request at debug; refused requests at info, server errors at warn)"`
+	ReplicaID      string `yaml:"replica_id" env:"SANDBOXD_REPLICA_ID" flag:"replica-id" default:"the host name and the API port" doc:"with a postgres store: this replica's identity, stable across its restarts (a restarted replica takes its previous process's jobs and sessions over at once; its sandboxes carry it in their labels, so a live replica reaps them when its lease expires); two live processes must never share one"`
+	ReplicaAddress string `yaml:"replica_address" env:"SANDBOXD_REPLICA_ADDRESS" flag:"replica-address" default:"the API address" doc:"with a postgres store: the HOST:PORT other replicas reach this one at (forwarded session requests)"`
+	// ReplicaSecret authenticates the requests replicas forward to each
+	// other (api/forward.go).
+	ReplicaSecret string        `yaml:"replica_secret" env:"SANDBOXD_REPLICA_SECRET" check:"secret" default:"none: requests for another replica's session, job or MCP session are not forwarded" doc:"with a postgres store: the key (at least 32 bytes, the same on every replica) of the HMAC-SHA256 that a request forwarded to the replica holding its session, job or MCP session carries, with the caller's tenant, a timestamp and a nonce; the receiving replica refuses a forged, altered, replayed or stale (30 s) one"`
+	ReplicaLease  time.Duration `yaml:"replica_lease" env:"SANDBOXD_REPLICA_LEASE" flag:"replica-lease" default:"15s" doc:"with a postgres store: how long this replica's lease lasts unrenewed (renewed every third of it): how soon another replica takes a dead one's jobs, sessions and sandboxes over, and how long a database outage a replica survives before it stops serving"`
+	LogLevel      string        `yaml:"log_level" env:"SANDBOXD_LOG_LEVEL" flag:"log-level" check:"oneof=debug info warn error" doc:"debug, info, warn or error; text to stderr (a line per HTTP request at debug; refused requests at info, server errors at warn)"`
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests and
 	// running jobs get this long before they are cancelled.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" check:"positive" doc:"running jobs get this long on SIGTERM, then fail with reason shutdown; queued jobs stay queued and run at the next start"`

@@ -71,6 +71,10 @@ func checkKey(k Key, v reflect.Value, bad func(string, ...any)) {
 					bad("%s: not a valid postgres:// URL", k.Path) // the URL may hold a password: not shown
 				}
 			}
+		case "secret":
+			if s := v.String(); s != "" && len(s) < 32 {
+				bad("%s: must be at least 32 bytes (it is %d; the value is not shown)", k.Path, len(s))
+			}
 		case "oneof":
 			ok := false
 			for _, w := range strings.Fields(arg) {

@@ -97,6 +97,14 @@ type Coordinator interface {
 	// SessionOwner is the live lease holding session id's sandbox
 	// (ErrNotFound when its owner's lease is not live).
 	SessionOwner(ctx context.Context, id string) (Lease, error)
+	// CreateOwned is Store.Create recording l as the job's owner (a
+	// session's job, or one waiting for approval in l's memory), only
+	// while l is live (else ErrLeaseLost).
+	CreateOwned(ctx context.Context, l Lease, j *Job) error
+	// JobOwner is the live lease holding job id: its owner, or its
+	// session's for a session's job not started yet (ErrNotFound when
+	// none is live: the job is queued for any replica, or finished).
+	JobOwner(ctx context.Context, id string) (Lease, error)
 	// TakeOver ends the bookkeeping of every replica whose lease expired
 	// on behalf of by, and of by's own earlier epochs.
 	TakeOver(ctx context.Context, by Lease) ([]Takeover, error)

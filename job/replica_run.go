@@ -55,6 +55,16 @@ func (f fencedStore) Update(ctx context.Context, j *Job) error {
 	return f.r.c.UpdateFenced(ctx, f.r.current(), j)
 }
 
+// Create records a session's job and a job waiting for approval as this
+// replica's: they run (or wait) here, and a request for them reaching
+// another replica is forwarded here (Coordinator.JobOwner).
+func (f fencedStore) Create(ctx context.Context, j *Job) error {
+	if j.SessionID != "" || j.State == StatePendingApproval {
+		return f.r.c.CreateOwned(ctx, f.r.current(), j)
+	}
+	return f.Store.Create(ctx, j)
+}
+
 func (f fencedStore) CreateSession(ctx context.Context, ss *Session) error {
 	return f.r.c.CreateSessionOwned(ctx, f.r.current(), ss)
 }
@@ -337,3 +347,11 @@ func (s *Service) waitShared(ctx context.Context, tenant, id string) (*Job, erro
 		d = min(2*d, 100*time.Millisecond)
 	}
 }
+
+// HoldsSession reports whether session id is open in this process (its
+// sandbox is here): a request for it is served here, not forwarded.
+func (s *Service) HoldsSession(id string) bool { return s.liveSession(id) != nil }
+
+// HoldsJob reports whether this process tracks job id (queued, waiting for
+// approval or running here).
+func (s *Service) HoldsJob(id string) bool { return s.entry(id) != nil }

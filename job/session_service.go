@@ -137,6 +137,12 @@ func (s *Service) activeSession(ctx context.Context, tenant, id string) (*liveSe
 		if err != nil {
 			return nil, err
 		}
+		if ss.State == SessionActive || ss.State == SessionCreating {
+			// Open in the store, not here: another replica's (requests
+			// reach it forwarded, api/forward.go), or one that stopped and
+			// whose lease has not expired yet (then it is closed as lost).
+			return nil, fmt.Errorf("%w: session %s is not open on this replica: the replica holding it did not answer or stopped (it is closed with reason lost once that replica's lease expires)", ErrSessionClosed, id)
+		}
 		return nil, fmt.Errorf("%w: session %s is %s (%s)", ErrSessionClosed, id, ss.State, ss.Reason)
 	}
 	ls.mu.Lock()

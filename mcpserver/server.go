@@ -25,6 +25,7 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +66,10 @@ type Options struct {
 	IdleTimeout time.Duration
 	// Logger receives the SDK's and the server's logs; nil discards them.
 	Logger *slog.Logger
+	// SessionIDPrefix starts every Mcp-Session-Id this server makes: with
+	// several replicas it names this one (api.MCPSessionPrefix), so a
+	// request of the session reaching another replica is forwarded here.
+	SessionIDPrefix string
 }
 
 // Server builds one mcp.Server per MCP session (its tools from the
@@ -196,7 +201,8 @@ type conn struct {
 func (s *Server) newMCPServer(tenant string) *mcp.Server {
 	c := &conn{s: s, tenant: tenant, resources: map[string]bool{}}
 	c.srv = mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Version: s.opts.Version}, &mcp.ServerOptions{
-		Logger: s.sdkLog,
+		Logger:       s.sdkLog,
+		GetSessionID: func() string { return s.opts.SessionIDPrefix + rand.Text() },
 		// Tools and resources (artifacts) from the start, announced as
 		// they change; no logging capability: this server sends no log
 		// messages.

@@ -298,13 +298,26 @@ func takeOverRows(ctx context.Context, tx pgx.Tx, t *Takeover, owned string, arg
 	n := len(args)
 	rows, err := tx.Query(ctx, fmt.Sprintf(`UPDATE jobs SET state = 'failed', reason = $%d, finished_at = `+dbNow+`,
 			result = $%d, owner = '', owner_epoch = 0
-		WHERE `+owned+` AND state = 'running' RETURNING `+jobColumns, n+1, n+2),
+		WHERE `+owned+` AND (state IN ('running', 'pending_approval') OR (state = 'queued' AND session_id != '')) RETURNING `+jobColumns, n+1, n+2),
 		append(args, string(job.ReasonLost), `{"ok":false,"content":"","error":"the replica running the job stopped renewing its lease"}`)...)
 	if t.Lost, err = collect(rows, err, scanJob); err != nil {
 		return err
 	}
+	// A pending job waited in the dead replica's memory, a session's job
+	// for its sandbox: neither can run elsewhere. Their approvals end.
+	var lost []string
+	for _, j := range t.Lost {
+		lost = append(lost, j.ID)
+	}
+	if len(lost) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE approvals SET state = 'expired', decided_at = `+dbNow+`,
+			decision_reason = 'the replica holding the call stopped renewing its lease'
+			WHERE job_id = ANY($1) AND state = 'pending'`, lost); err != nil {
+			return err
+		}
+	}
 	rows, err = tx.Query(ctx, `UPDATE jobs SET owner = '', owner_epoch = 0
-		WHERE `+owned+` AND state = 'queued' RETURNING `+jobColumns, args...)
+		WHERE `+owned+` AND state = 'queued' AND session_id = '' RETURNING `+jobColumns, args...)
 	if t.Requeued, err = collect(rows, err, scanJob); err != nil {
 		return err
 	}
@@ -312,4 +325,50 @@ func takeOverRows(ctx context.Context, tx pgx.Tx, t *Takeover, owned string, arg
 		WHERE `+owned+` AND state IN ('creating', 'active') RETURNING `+sessionColumns, args...)
 	t.Sessions, err = collect(rows, err, scanSession)
 	return err
+}
+
+// CreateOwned implements job.Coordinator: Store.Create recording l as the
+// job's owner, in one statement that inserts nothing unless l is live.
+func (s *Postgres) CreateOwned(ctx context.Context, l Lease, j *job.Job) error {
+	r, err := toRow(j)
+	if err != nil {
+		return fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO jobs (`+jobColumns+`, owner, owner_epoch)
+		SELECT $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text,
+			$11::text, $12::text, $13::text, $14::integer, $15::bigint, $16::bigint, $17::bigint, $18::text,
+			$19::text, $20::text, $21::text, $22::text, $23::text, $24::boolean, $25::text, $1::text, $2::bigint
+		WHERE `+validLease,
+		l.Replica, l.Epoch, r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
+		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
+		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks)
+	if pgUnique(err) {
+		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
+	}
+	if err != nil {
+		return pgErr("create job "+j.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("create job %s by %s epoch %d: %w", j.ID, l.Replica, l.Epoch, ErrLeaseLost)
+	}
+	return nil
+}
+
+// JobOwner implements job.Coordinator: the live lease holding job id,
+// its own owner or, for a session's job not started yet, its session's.
+func (s *Postgres) JobOwner(ctx context.Context, id string) (Lease, error) {
+	var l Lease
+	var exp int64
+	err := s.pool.QueryRow(ctx, `SELECT r.id, r.epoch, r.address, r.lease_expires_at
+		FROM jobs j LEFT JOIN sessions ss ON j.owner = '' AND ss.id = j.session_id
+		JOIN replicas r ON (r.id = j.owner AND r.epoch = j.owner_epoch) OR (r.id = ss.owner AND r.epoch = ss.owner_epoch)
+		WHERE j.id = $1 AND r.lease_expires_at > `+dbNow+` LIMIT 1`, id).Scan(&l.Replica, &l.Epoch, &l.Address, &exp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, fmt.Errorf("owner of job %s: %w", id, job.ErrNotFound)
+	}
+	if err != nil {
+		return Lease{}, pgErr("owner of job "+id, err)
+	}
+	l.Expires = time.Unix(0, exp).UTC()
+	return l, nil
 }

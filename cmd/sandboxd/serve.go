@@ -184,8 +184,12 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// MCP (Streamable HTTP at /mcp, and stdio for `sandboxd mcp`): every
 	// call a job of this service; an MCP session's sandboxd session idles
 	// out like any other's.
+	// With several replicas, a request for a session, job or MCP session
+	// another replica holds is forwarded there (api/forward.go).
+	cluster, mcpPrefix := clusterOf(svc, cfg, log)
 	mcpSrv := mcpserver.New(svc, mcpserver.Options{Version: versionString(),
-		IdleTimeout: time.Duration(cfg.Sessions.DefaultIdle), Logger: log.With("component", "mcp")})
+		IdleTimeout: time.Duration(cfg.Sessions.DefaultIdle), Logger: log.With("component", "mcp"),
+		SessionIDPrefix: mcpPrefix})
 	defer mcpSrv.Wait() // sessions being closed as their MCP session ended, before the runner closes
 	if stdio := stdioMCPFrom(ctx); stdio != nil {
 		var stopServe context.CancelFunc
@@ -200,17 +204,19 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	handler := api.New(svc, api.Options{
-		MCP:          mcpSrv.HandlerFor,
-		History:      hist,
-		Keys:         cfg.APIKeys(),
-		OperatorKeys: cfg.OperatorKeys,
-		API:          cfg.API,
-		Dashboard:    promReg,
-		Registerer:   promReg,
-		Logger:       log.With("component", "api"),
-		Version:      versionString(),
-		Turns:        turns,
-		Tools:        sources,
+		MCP:           mcpSrv.HandlerFor,
+		History:       hist,
+		Keys:          cfg.APIKeys(),
+		OperatorKeys:  cfg.OperatorKeys,
+		API:           cfg.API,
+		Dashboard:     promReg,
+		Registerer:    promReg,
+		Logger:        log.With("component", "api"),
+		Version:       versionString(),
+		Turns:         turns,
+		Tools:         sources,
+		Cluster:       cluster,
+		ReplicaSecret: cfg.ReplicaSecret,
 	})
 	stopMetrics, err := serveMetrics(ctx, cfg.MetricsAddr, promReg, protected, log.With("component", "metrics"))
 	if err != nil {
@@ -353,4 +359,27 @@ func replicaConfig(cfg *config.Config, stop context.CancelCauseFunc) *job.Replic
 		id = host + ":" + port
 	}
 	return &job.ReplicaConfig{ID: id, Address: addr, LeaseTTL: cfg.ReplicaLease, OnLost: func(err error) { stop(err) }}
+}
+
+// cluster is the job service as one replica of several (api.Cluster).
+type cluster struct {
+	*job.Service
+	job.Coordinator
+	id string
+}
+
+func (c cluster) Self() string { return c.id }
+
+// clusterOf is the replica side of the API (nil on one process) and the
+// prefix of this replica's MCP session IDs.
+func clusterOf(svc *job.Service, cfg *config.Config, log *slog.Logger) (api.Cluster, string) {
+	l, ok := svc.Replica()
+	if !ok {
+		return nil, ""
+	}
+	if cfg.ReplicaSecret == "" {
+		log.Warn("replica_secret is not set: a request for a session, running job or MCP session of another replica is not forwarded to it (README: Running several replicas)")
+		return nil, ""
+	}
+	return cluster{Service: svc, Coordinator: svc.Coordinator(), id: l.Replica}, api.MCPSessionPrefix(l.Replica)
 }
