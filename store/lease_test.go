@@ -352,3 +352,79 @@ func TestFencedTakesOwner(t *testing.T) {
 		t.Fatalf("the approved job made running by its owner: %v", err)
 	}
 }
+
+// A session's job and a pending job are created owned (CreateOwned):
+// JobOwner names their replica (a session's unowned job its session's),
+// a lost lease creates nothing, and when the owner dies they end lost
+// (they can run nowhere else) and the pending job's approval expires.
+func TestCreateOwnedJobOwner(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Shared(t).NewDatabase(t)
+	ctx := t.Context()
+	a, b := openPG(t, url), openPG(t, url)
+	la, err := a.Join(ctx, "a", "10.0.0.1:1", 700*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Join(ctx, "b", "10.0.0.2:1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CreateSessionOwned(ctx, la, newSessionPG("ses", base)); err != nil {
+		t.Fatal(err)
+	}
+	sj := storetest.NewJob("sj", "acme", base)
+	sj.SessionID = "ses"
+	pj := storetest.NewJob("pj", "acme", base)
+	pj.State = job.StatePendingApproval
+	for _, j := range []*job.Job{sj, pj} {
+		if err := a.CreateOwned(ctx, la, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.CreateApproval(ctx, &job.Approval{ID: "apr", Tenant: "acme", JobID: "pj", Tool: "t",
+		State: job.ApprovalPending, CreatedAt: base, ExpiresAt: base.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	free := storetest.NewJob("free", "acme", base)
+	free.SessionID = "ses"
+	if err := a.Create(ctx, free); err != nil { // unowned: its session's owner
+		t.Fatal(err)
+	}
+	for _, id := range []string{"sj", "pj", "free"} {
+		if l, err := b.JobOwner(ctx, id); err != nil || l.Replica != "a" || l.Address != "10.0.0.1:1" {
+			t.Fatalf("JobOwner(%s) = %+v %v, want a", id, l, err)
+		}
+	}
+	if err := b.Create(ctx, storetest.NewJob("oneshot", "acme", base)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.JobOwner(ctx, "oneshot"); !errors.Is(err, job.ErrNotFound) {
+		t.Fatalf("JobOwner of an unclaimed job: %v, want ErrNotFound", err)
+	}
+	if cs, err := b.Claim(ctx, lb, 10, job.ClaimOrder{}); err != nil || len(cs) != 1 || cs[0].Job.ID != "oneshot" {
+		t.Fatalf("claim: %+v %v, want only the one-shot job", cs, err)
+	}
+	time.Sleep(900 * time.Millisecond) // a's lease expires
+	if _, err := b.JobOwner(ctx, "sj"); !errors.Is(err, job.ErrNotFound) {
+		t.Fatalf("JobOwner with the owner's lease expired: %v, want ErrNotFound", err)
+	}
+	if err := a.CreateOwned(ctx, la, storetest.NewJob("late", "acme", base)); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("CreateOwned with a lost lease: %v, want ErrLeaseLost", err)
+	}
+	if _, err := b.Get(ctx, "late"); !errors.Is(err, job.ErrNotFound) {
+		t.Fatalf("a lost lease's create was recorded: %v", err)
+	}
+	tos, err := b.TakeOver(ctx, lb)
+	if err != nil || len(tos) != 1 || len(tos[0].Lost) != 2 || len(tos[0].Requeued) != 0 {
+		t.Fatalf("takeover = %+v %v, want the session's and the pending job lost", tos, err)
+	}
+	for _, id := range []string{"sj", "pj"} {
+		if j, err := b.Get(ctx, id); err != nil || j.State != job.StateFailed || j.Reason != job.ReasonLost {
+			t.Fatalf("%s after the takeover: %+v %v", id, j, err)
+		}
+	}
+	if ap, err := b.GetApproval(ctx, "apr"); err != nil || ap.State != job.ApprovalExpired {
+		t.Fatalf("the pending job's approval: %+v %v, want expired", ap, err)
+	}
+}
