@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -55,7 +56,7 @@ func (c *fakeCluster) Replicas(ctx context.Context) ([]job.Lease, error) {
 
 // replicaPair is two API servers over two job services, b forwarding to
 // a what a holds.
-func replicaPair(t *testing.T) (a, b *httptest.Server, ca, cb *fakeCluster) {
+func replicaPair(t testing.TB) (a, b *httptest.Server, ca, cb *fakeCluster) {
 	t.Helper()
 	mk := func(name string) (*httptest.Server, *fakeCluster) {
 		dir := t.TempDir()
@@ -292,3 +293,58 @@ func (t *tampered) Read(p []byte) (int, error) {
 }
 
 func (t *tampered) Close() error { return t.rc.Close() }
+
+// BenchmarkForwardOverhead: GET /v1/sessions/{id} of a session on A,
+// direct and through B, interleaved in one run; reports each one's p50
+// and the forward's added p50 (in-process servers on loopback: the
+// forwarder's own cost, without a sandbox).
+func BenchmarkForwardOverhead(b *testing.B) {
+	a, bb, _, _ := replicaPair(b)
+	req, _ := http.NewRequest("POST", a.URL+"/v1/sessions", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer ka")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sess struct{ ID string }
+	_ = json.NewDecoder(resp.Body).Decode(&sess)
+	resp.Body.Close()
+	get := func(base string) time.Duration {
+		start := time.Now()
+		req, _ := http.NewRequest("GET", base+"/v1/sessions/"+sess.ID, nil)
+		req.Header.Set("Authorization", "Bearer ka")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("%d", resp.StatusCode)
+		}
+		return time.Since(start)
+	}
+	for range 20 {
+		get(a.URL)
+		get(bb.URL)
+	}
+	var direct, fwd []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			direct = append(direct, get(a.URL))
+			fwd = append(fwd, get(bb.URL))
+		} else {
+			fwd = append(fwd, get(bb.URL))
+			direct = append(direct, get(a.URL))
+		}
+	}
+	b.StopTimer()
+	p50 := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(p50(direct), "direct-p50-ms")
+	b.ReportMetric(p50(fwd), "forwarded-p50-ms")
+	b.ReportMetric(p50(fwd)-p50(direct), "forward-added-p50-ms")
+}

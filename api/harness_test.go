@@ -125,7 +125,7 @@ func (h *harness) serve(method, target, body string, headers ...string) (*httpte
 
 // testRegistry returns a registry with an "echo" and a "slow" tool, or nil
 // while package tools is still its contract stub (tool tests then skip).
-func testRegistry(t *testing.T) (reg *tools.Registry) {
+func testRegistry(t testing.TB) (reg *tools.Registry) {
 	t.Helper()
 	defer func() {
 		if recover() != nil {
