@@ -271,3 +271,51 @@ func BenchmarkReplicaForward(b *testing.B) {
 	b.ReportMetric(p(fwd, 0.99), "forwarded-p99-ms")
 	b.ReportMetric(p(fwd, 0.5)-p(direct, 0.5), "forwarded-minus-direct-p50-ms")
 }
+
+// A call waiting for approval on r1 is approved through r2 and runs (on
+// r1, which holds it); another, cancelled through r2, ends cancelled.
+func TestReplicasForwardApproval(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	cfg := forwardConfig + "tenants:\n  - name: acme\n    api_keys: [k-acme]\n    policy:\n      default: allow\n" +
+		"      rules:\n        - tool: bash\n          action: confirm\n          reason: a human looks first\n"
+	var rs []*server
+	for i := range 2 {
+		rs = append(rs, startServerArgs(t, cfg, "--store", dsn, "--replica-id", fmt.Sprintf("r%d", i+1), "--replica-lease", "6s"))
+	}
+	a, b := rs[0], rs[1]
+	pending := func(cmd string) (jobView, string) {
+		var j jobView
+		resp, data := a.do("POST", "/v1/jobs", "k-acme", map[string]any{"tool": "bash", "arguments": map[string]any{"command": cmd}}, &j)
+		if resp.StatusCode != 202 || j.State != "pending_approval" {
+			t.Fatalf("submit on r1: %d %s", resp.StatusCode, data)
+		}
+		var list struct {
+			Approvals []struct {
+				ID    string `json:"id"`
+				JobID string `json:"job_id"`
+			} `json:"approvals"`
+		}
+		b.do("GET", "/v1/approvals?state=pending", "k-acme", nil, &list)
+		for _, ap := range list.Approvals {
+			if ap.JobID == j.ID {
+				return j, ap.ID
+			}
+		}
+		t.Fatalf("no pending approval of %s listed on r2: %+v", j.ID, list)
+		return j, ""
+	}
+	j, apr := pending("echo approved")
+	if resp, data := b.do("POST", "/v1/approvals/"+apr, "k-acme", map[string]any{"decision": "approve"}, nil); resp.StatusCode != 200 {
+		t.Fatalf("approve through r2: %d %s", resp.StatusCode, data)
+	}
+	var done jobView
+	if resp, data := b.do("GET", "/v1/jobs/"+j.ID+"?wait=true", "k-acme", nil, &done); resp.StatusCode != 200 || done.State != "succeeded" || !strings.Contains(done.Result.Content, "approved") {
+		t.Fatalf("the approved job through r2: %d %s", resp.StatusCode, data)
+	}
+	j2, _ := pending("echo never")
+	var c jobView
+	if resp, data := b.do("POST", "/v1/jobs/"+j2.ID+"/cancel", "k-acme", nil, &c); resp.StatusCode != 200 || c.State != "cancelled" {
+		t.Fatalf("cancel of r1's pending job through r2: %d %s", resp.StatusCode, data)
+	}
+}
