@@ -205,7 +205,7 @@ func (a *forwardAuth) verify(r *http.Request) (principal, error) {
 	}
 	switch mode {
 	case "none":
-		if r.ContentLength > 0 {
+		if r.ContentLength != 0 { // chunked too (-1)
 			return refuse("a body its signature does not cover")
 		}
 	case "trailer":

@@ -236,6 +236,12 @@ func TestForwardRefused(t *testing.T) {
 	if resp, _ := call(t, "GET", path+"/files/x.txt", "ka", ""); resp.StatusCode != 404 {
 		t.Fatalf("the altered upload was written: %d", resp.StatusCode)
 	}
+	// A body the signature says is not there is refused.
+	nobody := signedRequest(t, b, "PUT", path+"/files/z.txt", "A", acme, "")
+	nobody.Body, nobody.ContentLength = io.NopCloser(strings.NewReader("smuggled")), -1
+	if code := do(nobody); code != 401 {
+		t.Fatalf("a body its signature does not cover: %d, want 401", code)
+	}
 	// A good forward with a body is accepted.
 	if code := do(signedRequest(t, b, "PUT", path+"/files/y.txt", "A", acme, "fine")); code != 200 {
 		t.Fatalf("a good forward with a body: %d", code)
