@@ -354,3 +354,16 @@ func BenchmarkForwardOverhead(b *testing.B) {
 	b.ReportMetric(p50(fwd), "forwarded-p50-ms")
 	b.ReportMetric(p50(fwd)-p50(direct), "forward-added-p50-ms")
 }
+
+func TestMCPOwner(t *testing.T) {
+	for _, id := range []string{"r1", "host:8080", "a.b.c", ""} {
+		if got := mcpOwner(MCPSessionPrefix(id) + "RANDOMTEXT"); got != id {
+			t.Errorf("mcpOwner(MCPSessionPrefix(%q)+...) = %q", id, got)
+		}
+	}
+	for _, sid := range []string{"", "noseparator", "!!!.x", strings.Repeat("a", 600) + ".x"} {
+		if got := mcpOwner(sid); got != "" {
+			t.Errorf("mcpOwner(%q) = %q, want none", sid, got)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -406,4 +407,23 @@ func FuzzArtifactURI(f *testing.F) {
 			t.Fatalf("%q: round trip %q %q → %q %q", uri, j, n, j2, n2)
 		}
 	})
+}
+
+// With a SessionIDPrefix (a replica's), every Mcp-Session-Id starts with
+// it, so another replica can route the session's requests here.
+func TestSessionIDPrefix(t *testing.T) {
+	f := newFake(t)
+	hs := httptest.NewServer(New(f, Options{SessionIDPrefix: "cjE."}).HandlerFor("acme"))
+	defer hs.Close()
+	req, _ := http.NewRequest("POST", hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if id := resp.Header.Get("Mcp-Session-Id"); resp.StatusCode != 200 || !strings.HasPrefix(id, "cjE.") || len(id) < 20 {
+		t.Fatalf("initialize: %d, session id %q", resp.StatusCode, id)
+	}
 }
