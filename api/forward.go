@@ -37,9 +37,11 @@ import (
 // The forward is authenticated with an HMAC-SHA256 under the cluster's
 // shared secret (replica_secret) over the method, the request URI, the
 // sending and the receiving replica, a timestamp, a nonce, the caller's
-// principal (tenant, operator) and the body: its SHA-256 is sent in a
-// trailer, MACed with the header signature, so a body streams through (a
-// 256 MiB archive is not buffered) and is refused when it ends altered.
+// principal (tenant, operator) and the body: the SHA-256 of a body read
+// already (a submit's) is signed with the headers; a streamed one's is
+// sent in a trailer, MACed with the header signature, so a body streams
+// through (a 256 MiB archive is not buffered); either is refused when it
+// ends altered.
 // The owner accepts a forward only addressed to itself, within
 // forwardWindow of its clock, with a nonce it has not seen; the caller's
 // API key is not forwarded: the identity the owner serves is the one in
@@ -140,19 +142,17 @@ func (a *forwardAuth) bodyMAC(sig string, sum []byte) string {
 }
 
 // sign sets the envelope on out, a request to replica to with the
-// caller's principal p; body says whether out has a body (then its
-// trailer is set when the body ends: see signedBody).
-func (a *forwardAuth) sign(out *http.Request, to string, p principal, body bool) string {
+// caller's principal p. mode is "none" (no body), "sha256:HEX" (a body
+// read already: its digest is signed with the headers) or "trailer" (a
+// streamed body: the MAC of its digest is its trailer, set when it ends;
+// see signedBody).
+func (a *forwardAuth) sign(out *http.Request, to string, p principal, mode string) string {
 	var n [16]byte
 	_, _ = rand.Read(n[:])
 	ts := strconv.FormatInt(a.now().UnixNano(), 10)
 	op := "0"
 	if p.operator {
 		op = "1"
-	}
-	mode := "none"
-	if body {
-		mode = "trailer"
 	}
 	h := out.Header
 	h.Set(hdrForward, "v1")
@@ -211,7 +211,11 @@ func (a *forwardAuth) verify(r *http.Request) (principal, error) {
 	case "trailer":
 		r.Body = &verifiedBody{rc: r.Body, r: r, a: a, sig: sig, h: sha256.New()}
 	default:
-		return refuse("bad body mode")
+		sum, ok := strings.CutPrefix(mode, "sha256:")
+		if !ok || len(sum) != 2*sha256.Size {
+			return refuse("bad body mode")
+		}
+		r.Body = &verifiedBody{rc: r.Body, r: r, a: a, want: sum, h: sha256.New()}
 	}
 	if !a.fresh(nonce, now) {
 		return refuse("replayed nonce")
@@ -245,8 +249,11 @@ type verifiedBody struct {
 	r   *http.Request
 	a   *forwardAuth
 	sig string
-	h   hash.Hash
-	err error
+	// want is the signed digest (hex) of a body sent whole; "": the
+	// trailer's MAC is checked.
+	want string
+	h    hash.Hash
+	err  error
 }
 
 func (v *verifiedBody) Read(p []byte) (int, error) {
@@ -256,8 +263,13 @@ func (v *verifiedBody) Read(p []byte) (int, error) {
 	n, err := v.rc.Read(p)
 	v.h.Write(p[:n])
 	if errors.Is(err, io.EOF) {
-		got := v.r.Trailer.Get(trlForwardBody)
-		if !hmac.Equal([]byte(got), []byte(v.a.bodyMAC(v.sig, v.h.Sum(nil)))) {
+		ok := false
+		if v.want != "" {
+			ok = hmac.Equal([]byte(v.want), []byte(hex.EncodeToString(v.h.Sum(nil))))
+		} else {
+			ok = hmac.Equal([]byte(v.r.Trailer.Get(trlForwardBody)), []byte(v.a.bodyMAC(v.sig, v.h.Sum(nil))))
+		}
+		if !ok {
 			v.err = errForwardBody
 			return n, v.err
 		}
@@ -311,6 +323,9 @@ type forwardTarget struct {
 	lease job.Lease
 	key   string // the owner cache's key, forgotten when the owner is unreachable
 	p     principal
+	// sum is the digest of a body read already (sent whole, with its
+	// length); nil: the body streams.
+	sum []byte
 }
 
 type forwardKey struct{}
@@ -357,8 +372,15 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	}
 	h.Set("X-Request-ID", requestIDFrom(pr.In.Context()))
 	body := pr.Out.Body != nil && pr.Out.Body != http.NoBody
-	sig := f.auth.sign(pr.Out, t.lease.Replica, t.p, body)
-	if body {
+	mode := "none"
+	switch {
+	case body && t.sum != nil:
+		mode = "sha256:" + hex.EncodeToString(t.sum)
+	case body:
+		mode = "trailer"
+	}
+	sig := f.auth.sign(pr.Out, t.lease.Replica, t.p, mode)
+	if mode == "trailer" {
 		pr.Out.Trailer = http.Header{trlForwardBody: nil}
 		pr.Out.ContentLength = -1 // chunked, so that the trailer follows
 		pr.Out.Header.Del("Content-Length")
@@ -384,11 +406,14 @@ func (f *forwarder) unreachable(w http.ResponseWriter, r *http.Request, err erro
 
 // forward sends r to owner l; body, when set, replaces r's (already read).
 func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, l job.Lease, key string, body []byte) {
+	t := forwardTarget{lease: l, key: key, p: principalFrom(r.Context())}
 	if body != nil {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
+		sum := sha256.Sum256(body)
+		t.sum = sum[:]
 	}
-	ctx := context.WithValue(r.Context(), forwardKey{}, forwardTarget{lease: l, key: key, p: principalFrom(r.Context())})
+	ctx := context.WithValue(r.Context(), forwardKey{}, t)
 	f.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -163,7 +164,11 @@ func signedRequest(t *testing.T, auth *forwardAuth, method, target, to string, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	sig := auth.sign(req, to, p, body != "")
+	mode := "none"
+	if body != "" {
+		mode = "trailer"
+	}
+	sig := auth.sign(req, to, p, mode)
 	if body != "" {
 		req.Trailer = http.Header{trlForwardBody: nil}
 		req.ContentLength = -1
@@ -235,6 +240,17 @@ func TestForwardRefused(t *testing.T) {
 	}
 	if resp, _ := call(t, "GET", path+"/files/x.txt", "ka", ""); resp.StatusCode != 404 {
 		t.Fatalf("the altered upload was written: %d", resp.StatusCode)
+	}
+	// A body sent whole whose signed digest is another body's: refused at
+	// its end, nothing written.
+	whole, _ := http.NewRequest("PUT", path+"/files/w.txt", strings.NewReader("tampered"))
+	orig2 := sha256.Sum256([]byte("original"))
+	b.sign(whole, "A", acme, "sha256:"+hex.EncodeToString(orig2[:]))
+	if code := do(whole); code == 200 {
+		t.Fatalf("a whole body altered: %d, want a refusal", code)
+	}
+	if resp, _ := call(t, "GET", path+"/files/w.txt", "ka", ""); resp.StatusCode != 404 {
+		t.Fatalf("the altered whole upload was written: %d", resp.StatusCode)
 	}
 	// A body the signature says is not there is refused.
 	nobody := signedRequest(t, b, "PUT", path+"/files/z.txt", "A", acme, "")
@@ -366,4 +382,52 @@ func TestMCPOwner(t *testing.T) {
 			t.Errorf("mcpOwner(%q) = %q, want none", sid, got)
 		}
 	}
+}
+
+// BenchmarkForwardPost: a session job (the in-process echo tool) submitted
+// with ?wait=true on A and through B, interleaved: the forward of a
+// buffered body (its digest signed with the headers).
+func BenchmarkForwardPost(b *testing.B) {
+	a, bb, _, _ := replicaPair(b)
+	req, _ := http.NewRequest("POST", a.URL+"/v1/sessions", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer ka")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sess struct{ ID string }
+	_ = json.NewDecoder(resp.Body).Decode(&sess)
+	resp.Body.Close()
+	body := `{"tool":"echo","arguments":{"text":"hi"},"session_id":"` + sess.ID + `"}`
+	post := func(base string) time.Duration {
+		start := time.Now()
+		req, _ := http.NewRequest("POST", base+"/v1/jobs?wait=true", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer ka")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("%d", resp.StatusCode)
+		}
+		return time.Since(start)
+	}
+	for range 20 {
+		post(a.URL)
+		post(bb.URL)
+	}
+	var direct, fwd []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		direct = append(direct, post(a.URL))
+		fwd = append(fwd, post(bb.URL))
+	}
+	p50 := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(p50(direct), "direct-p50-ms")
+	b.ReportMetric(p50(fwd)-p50(direct), "forward-added-p50-ms")
 }
