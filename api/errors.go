@@ -114,6 +114,12 @@ func (s *server) classify(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeDiskFull, Message: err.Error(), RetryAfter: 30}
 	case errors.Is(err, job.ErrStoreUnavailable):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeStoreUnavailable, Message: "the job store is unavailable; nothing was recorded, retry later", RetryAfter: 2}
+	case errors.Is(err, job.ErrLeaseLost):
+		// This replica lost its lease and stops: another one serves.
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Message: "this replica lost its lease and is stopping; retry (another replica serves)", RetryAfter: 1}
+	case errors.Is(err, job.ErrFenced):
+		// Another replica took the job meanwhile (and was not reached).
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "another replica holds this job now; retry"}
 	case errors.Is(err, job.ErrShutdown):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Message: "the service is shutting down", RetryAfter: 5}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
