@@ -95,6 +95,7 @@ type server struct {
 	// on a single process).
 	fwd     *forwarder
 	fwdAuth *forwardAuth
+	m       *httpMetrics
 }
 
 // New returns the HTTP handler of the API. Routes:
@@ -117,12 +118,12 @@ type server struct {
 //	POST|GET|DELETE /mcp                           MCP (Streamable HTTP), a tenant's key
 func New(svc JobService, opts Options) http.Handler {
 	opts.setDefaults()
-	s := &server{svc: svc, opts: opts, log: opts.Logger}
+	m := newHTTPMetrics(opts.Registerer, opts.Logger)
+	s := &server{svc: svc, opts: opts, log: opts.Logger, m: m}
 	if opts.Cluster != nil && opts.ReplicaSecret != "" {
 		s.fwd = newForwarder(s, opts.Cluster, opts.ReplicaSecret)
 		s.fwdAuth = s.fwd.auth
 	}
-	m := newHTTPMetrics(opts.Registerer, opts.Logger)
 
 	r := chi.NewRouter()
 	r.Use(requestID, s.accessLog(m), s.recoverer)

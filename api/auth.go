@@ -82,10 +82,12 @@ func (a *authenticator) middleware(s *server) func(http.Handler) http.Handler {
 					who, err = s.fwdAuth.verify(r)
 				}
 				if err != nil {
+					s.m.forwards.WithLabelValues("refused").Inc()
 					logger(ctx, s.log).Warn("refused a forwarded request", "err", err, "from", r.Header.Get(hdrForwardFrom), "remote", r.RemoteAddr)
 					s.writeError(w, r, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "forwarded request refused: bad or replayed replica signature"})
 					return
 				}
+				s.m.forwards.WithLabelValues("received").Inc()
 				ctx = context.WithValue(ctx, forwardedKey{}, true)
 			} else if len(a.keys) > 0 {
 				key := presentedKey(r)

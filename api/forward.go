@@ -350,6 +350,7 @@ func newForwarder(s *server, c Cluster, secret string) *forwarder {
 		FlushInterval: -1, // SSE, MCP streams and waits as they come
 		Rewrite:       f.rewrite,
 		ModifyResponse: func(resp *http.Response) error {
+			f.s.m.forwards.WithLabelValues("sent").Inc()
 			resp.Header.Del("X-Request-ID") // the same ID, already set by this replica
 			return nil
 		},
@@ -394,6 +395,7 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 func (f *forwarder) unreachable(w http.ResponseWriter, r *http.Request, err error) {
 	t := r.Context().Value(forwardKey{}).(forwardTarget)
 	f.forget(t.key)
+	f.s.m.forwards.WithLabelValues("unreachable").Inc()
 	if r.Context().Err() != nil {
 		return // the client went away
 	}

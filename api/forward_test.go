@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner/fake"
@@ -31,6 +33,23 @@ type fakeCluster struct {
 	self  string
 	svc   *job.Service
 	owner atomic.Pointer[job.Lease]
+	reg   *prometheus.Registry
+}
+
+// forwards is the replica's sandboxd_replica_forwards_total{result}.
+func (c *fakeCluster) forwards(result string) float64 {
+	mfs, _ := c.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "sandboxd_replica_forwards_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func (c *fakeCluster) Self() string                { return c.self }
@@ -72,9 +91,9 @@ func replicaPair(t testing.TB) (a, b *httptest.Server, ca, cb *fakeCluster) {
 		if err := svc.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		c := &fakeCluster{self: name, svc: svc}
+		c := &fakeCluster{self: name, svc: svc, reg: prometheus.NewRegistry()}
 		srv := httptest.NewServer(New(svc, Options{Keys: map[string]string{"ka": "acme", "kb": "bravo"},
-			Cluster: c, ReplicaSecret: testSecret}))
+			Cluster: c, ReplicaSecret: testSecret, Registerer: c.reg}))
 		t.Cleanup(func() {
 			srv.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -116,7 +135,7 @@ func call(t *testing.T, method, url, key, body string, hdr ...string) (*http.Res
 // ?wait, its events, close; B forwards with the caller's tenant, and
 // another tenant's key gets A's 404.
 func TestForwardSessionToOwner(t *testing.T) {
-	a, b, _, _ := replicaPair(t)
+	a, b, ca, cb := replicaPair(t)
 	resp, data := call(t, "POST", a.URL+"/v1/sessions", "ka", `{}`)
 	if resp.StatusCode != 201 {
 		t.Fatalf("create on A: %d %s", resp.StatusCode, data)
@@ -151,6 +170,9 @@ func TestForwardSessionToOwner(t *testing.T) {
 	if resp, data := call(t, "DELETE", b.URL+"/v1/sessions/"+sess.ID, "ka", ""); resp.StatusCode != 200 || !strings.Contains(string(data), `"closed"`) {
 		t.Fatalf("close through B: %d %s", resp.StatusCode, data)
 	}
+	if sent, got := cb.forwards("sent"), ca.forwards("received"); sent != 6 || got != 6 {
+		t.Fatalf("forwards: B sent %v, A received %v, want 6", sent, got)
+	}
 }
 
 // signedRequest is a forward B would send to A.
@@ -180,7 +202,7 @@ func signedRequest(t *testing.T, auth *forwardAuth, method, target, to string, p
 // The owner refuses forged, replayed, misaddressed, stale and altered
 // forwards, and a client's own envelope headers.
 func TestForwardRefused(t *testing.T) {
-	a, _, _, _ := replicaPair(t)
+	a, _, ca, _ := replicaPair(t)
 	resp, data := call(t, "POST", a.URL+"/v1/sessions", "ka", `{}`)
 	if resp.StatusCode != 201 {
 		t.Fatalf("create: %d %s", resp.StatusCode, data)
@@ -261,6 +283,9 @@ func TestForwardRefused(t *testing.T) {
 	// A good forward with a body is accepted.
 	if code := do(signedRequest(t, b, "PUT", path+"/files/y.txt", "A", acme, "fine")); code != 200 {
 		t.Fatalf("a good forward with a body: %d", code)
+	}
+	if n := ca.forwards("refused"); n != 7 {
+		t.Fatalf("refused forwards counted: %v, want 7", n)
 	}
 }
 

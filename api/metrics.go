@@ -13,6 +13,10 @@ import (
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// forwards counts requests between replicas (forward.go): sent
+	// (answered by the owner), unreachable (the owner did not answer),
+	// received (accepted here), refused (a bad envelope).
+	forwards *prometheus.CounterVec
 }
 
 func newHTTPMetrics(reg prometheus.Registerer, log *slog.Logger) *httpMetrics {
@@ -26,12 +30,17 @@ func newHTTPMetrics(reg prometheus.Registerer, log *slog.Logger) *httpMetrics {
 			Help:    "HTTP request duration by method and route pattern (SSE streams and waits included).",
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 30, 120, 300},
 		}, []string{"method", "route"}),
+		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sandboxd", Subsystem: "replica", Name: "forwards_total",
+			Help: "Requests forwarded between replicas: sent (answered by the owner), unreachable (the owner did not answer), received (accepted here), refused (a forged, replayed or stale envelope).",
+		}, []string{"result"}),
 	}
 	if reg == nil {
 		return m
 	}
 	m.requests = register(reg, m.requests, log)
 	m.duration = register(reg, m.duration, log)
+	m.forwards = register(reg, m.forwards, log)
 	return m
 }
 
