@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -317,5 +318,39 @@ func TestReplicasForwardApproval(t *testing.T) {
 	var c jobView
 	if resp, data := b.do("POST", "/v1/jobs/"+j2.ID+"/cancel", "k-acme", nil, &c); resp.StatusCode != 200 || c.State != "cancelled" {
 		t.Fatalf("cancel of r1's pending job through r2: %d %s", resp.StatusCode, data)
+	}
+}
+
+// SSE through a replica for a job no replica had claimed when the stream
+// began (every worker busy): the stream follows the job wherever it runs
+// and ends with its finished event.
+func TestReplicasEventsOfQueuedJob(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	var rs []*server
+	for i := range 2 {
+		rs = append(rs, startServerArgs(t, forwardConfig+"queue:\n  workers: 1\n", "--store", dsn, "--replica-id", fmt.Sprintf("r%d", i+1), "--replica-lease", "6s"))
+	}
+	for i := range 2 { // both workers busy for a while
+		if code, _ := submitRaw(rs[i].URL, map[string]any{"tool": "bash", "arguments": map[string]any{"command": "sleep 3"}}); code/100 != 2 {
+			t.Fatalf("blocker %d: %d", i, code)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	code, j := submitRaw(rs[0].URL, map[string]any{"tool": "bash", "arguments": map[string]any{"command": "echo from-the-queue"}})
+	if code/100 != 2 {
+		t.Fatalf("submit: %d", code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", rs[1].URL+"/v1/jobs/"+j.ID+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.Contains(string(data), "event: finished") || !strings.Contains(string(data), "from-the-queue") {
+		t.Fatalf("events through r2 of a job queued when the stream began: %v\n%s", err, data)
 	}
 }

@@ -117,7 +117,39 @@ read:
 				emit(Event{Seq: sent + 1, Type: EventFinished, Time: finishedAt(j), Job: cloneJob(j)})
 				return
 			}
-			<-ctx.Done() // queued in the store, not in this process
+			if s.rep == nil {
+				<-ctx.Done() // queued in the store, not in this process
+				return
+			}
+			// Queued for any replica (or run by another): its events
+			// are followed in the store as they are committed.
+			d := 20 * time.Millisecond
+			for !finished && ctx.Err() == nil {
+				recs, err := s.st.ListEvents(ctx, j.ID, sent, replayPage)
+				if err == nil && len(recs) > 0 {
+					for _, rec := range recs {
+						ev, ok := s.hydrate(ctx, &j, rec)
+						if !ok || !emit(ev) {
+							return
+						}
+					}
+					d = 20 * time.Millisecond
+					continue
+				}
+				if fresh, err := s.st.Get(ctx, j.ID); err == nil && fresh.State.Terminal() {
+					if recs, err := s.st.ListEvents(ctx, j.ID, sent, replayPage); err == nil && len(recs) > 0 {
+						continue // its finished event came meanwhile
+					}
+					j = fresh
+					emit(Event{Seq: sent + 1, Type: EventFinished, Time: finishedAt(j), Job: cloneJob(j)})
+					return
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
+				d = min(2*d, 250*time.Millisecond)
+			}
 		}
 		return
 	}
