@@ -1,0 +1,335 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
+)
+
+// fakeCluster is the fake clientset with a "kubelet": a created pod is
+// running at 127.0.0.1 at once, and its secret's token starts an agent
+// there (file operations in a temp dir, processes as the test's user).
+func fakeCluster(t *testing.T) (*fake.Clientset, int) {
+	cs, port, _ := fakeClusterProxy(t)
+	return cs, port
+}
+
+// fakeClusterProxy also gives the address of the "pod's" egress proxy
+// (what the code would reach at 127.0.0.1:3128), once a secret exists.
+func fakeClusterProxy(t *testing.T) (*fake.Clientset, int, chan string) {
+	t.Helper()
+	var port int
+	for {
+		raw, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = raw.Addr().(*net.TCPAddr).Port
+		raw.Close()
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1)); err == nil {
+			l.Close()
+			break
+		}
+	}
+	proxy := make(chan string, 1)
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sec := a.(k8stesting.CreateAction).GetObject().(*corev1.Secret)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			return true, nil, err
+		}
+		tl, err := agent.TokenListener(l, sec.Data[tokenKey])
+		if err != nil {
+			return true, nil, err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		go agent.Serve(ctx, tl, agent.ServerOptions{Root: t.TempDir()})
+		rl, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
+		if err != nil {
+			return true, nil, err
+		}
+		rtl, _ := agent.TokenListener(rl, sec.Data[tokenKey])
+		pl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return true, nil, err
+		}
+		go agent.ForwardEgressTo(ctx, pl, agent.NewReverseEgress(ctx, rtl).Take, nil)
+		select {
+		case proxy <- pl.Addr().String():
+		default:
+		}
+		return false, nil, nil
+	})
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "127.0.0.1"
+		return false, nil, nil
+	})
+	return cs, port, proxy
+}
+
+func newFake(t *testing.T, cs *fake.Clientset, port int, mod func(*Config)) *Runner {
+	t.Helper()
+	cfg := Config{Client: cs, AgentPort: port, StateDir: t.TempDir(), ReconcileInterval: -1, Namespace: "sb"}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) })
+	return r
+}
+
+// TestFakeLifecycle: Create makes a Secret and a Pod, reaches the agent
+// over the token channel, Close removes both.
+func TestFakeLifecycle(t *testing.T) {
+	cs, port := fakeCluster(t)
+	r := newFake(t, cs, port, nil)
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone), Labels: map[string]string{"job": "j1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := sb.(runner.AgentSandbox).Agent().Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name := podName(sb.ID())
+	pod, err := cs.CoreV1().Pods("sb").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Labels[hostside.LabelOwner] != r.in.ID || pod.Labels["job"] != "j1" || pod.Labels[hostside.LabelSandbox] != sb.ID() {
+		t.Fatalf("labels %v", pod.Labels)
+	}
+	if pod.Annotations[hostside.LabelOwnerProc] != hostside.SelfProc() {
+		t.Fatalf("annotations %v", pod.Annotations)
+	}
+	if _, err := cs.CoreV1().Secrets("sb").Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if np, err := cs.NetworkingV1().NetworkPolicies("sb").Get(ctx, PolicyName, metav1.GetOptions{}); err != nil || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 {
+		t.Fatalf("network policy %+v, %v", np, err)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("sb").Get(ctx, name, metav1.GetOptions{}); err == nil {
+		t.Fatal("pod left after Close")
+	}
+	if _, err := cs.CoreV1().Secrets("sb").Get(ctx, name, metav1.GetOptions{}); err == nil {
+		t.Fatal("secret left after Close")
+	}
+}
+
+// TestFakeRefuses: what the runner cannot apply yet is refused, never
+// weakened.
+func TestFakeRefuses(t *testing.T) {
+	cs, port := fakeCluster(t)
+	r := newFake(t, cs, port, nil)
+	for _, iso := range []*runner.Isolation{
+		runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone),
+	} {
+		_, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: iso, Workspace: t.TempDir()})
+		if !errors.Is(err, runner.ErrUnsupported) {
+			t.Fatalf("%s/%s: %v, want ErrUnsupported", iso.Workspace, iso.Network, err)
+		}
+	}
+	if _, err := r.Create(t.Context(), runner.SandboxSpec{}); !errors.Is(err, runner.ErrInvalidSpec) {
+		t.Fatalf("no isolation: %v", err)
+	}
+}
+
+// echoEgress answers every connection with "seen:" and what it sent.
+type echoEgress struct{}
+
+func (echoEgress) Serve(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			b := make([]byte, 5)
+			io.ReadFull(c, b)
+			c.Write(append([]byte("seen:"), b...))
+		}()
+	}
+}
+
+// TestFakeEgress: the code's proxy connections reach the sandbox's
+// Egress over the reverse connections sandboxd opened, several at once.
+func TestFakeEgress(t *testing.T) {
+	cs, port, proxy := fakeClusterProxy(t)
+	r := newFake(t, cs, port, nil)
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkEgress), Egress: echoEgress{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	addr := <-proxy
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			msg := fmt.Sprintf("conn%d", i)
+			c.Write([]byte(msg))
+			b := make([]byte, 10)
+			if _, err := io.ReadFull(c, b); err != nil || string(b) != "seen:"+msg {
+				errs <- fmt.Errorf("got %q, %v", b, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFakeReap: pods and secrets of a dead owner, and this instance's
+// unheld ones, are deleted; a live owner's stay.
+func TestFakeReap(t *testing.T) {
+	cs, port := fakeCluster(t)
+	r := newFake(t, cs, port, nil)
+	ctx := t.Context()
+	old := metav1.NewTime(time.Now().Add(-time.Hour))
+	mk := func(name, owner, proc string) {
+		meta := metav1.ObjectMeta{Name: name, Namespace: "sb", CreationTimestamp: old,
+			Labels:      map[string]string{hostside.LabelManaged: "true", hostside.LabelOwner: owner, hostside.LabelSandbox: name},
+			Annotations: map[string]string{hostside.LabelOwnerProc: proc}}
+		cs.Tracker().Add(&corev1.Pod{ObjectMeta: meta})
+		cs.Tracker().Add(&corev1.Secret{ObjectMeta: meta})
+	}
+	mk("dead", "other", "999999999:1")        // no such pid
+	mk("live", "other2", hostside.SelfProc()) // this process: alive
+	mk("mine", r.in.ID, hostside.SelfProc())  // this instance's, not held
+	n, err := r.Reap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("reaped %d, want 2", n)
+	}
+	pods, _ := cs.CoreV1().Pods("sb").List(ctx, metav1.ListOptions{})
+	secs, _ := cs.CoreV1().Secrets("sb").List(ctx, metav1.ListOptions{})
+	if len(pods.Items) != 1 || pods.Items[0].Name != "live" || len(secs.Items) != 1 {
+		t.Fatalf("left pods %v secrets %d", pods.Items, len(secs.Items))
+	}
+}
+
+// TestBuildPod: the isolation as the Pod carries it.
+func TestBuildPod(t *testing.T) {
+	iso := runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)
+	name, _, err := ProfileName("sandboxd", iso.Seccomp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := hostside.MergeLimits(runner.Limits{DiskBytes: 64 << 20}, hostside.DefaultLimits)
+	p := buildPod(podInput{Name: "sandbox-x", Namespace: "sb", Spec: runner.SandboxSpec{Isolation: iso}, Limits: lim,
+		Image: "img", AgentBinary: hostside.AgentBinary, AgentPort: 7777, RuntimeClass: "gvisor",
+		Seccomp: corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}, TmpBytes: 64 << 20})
+	s := p.Spec
+	if *s.AutomountServiceAccountToken || *s.EnableServiceLinks || s.HostNetwork || s.HostPID || s.HostIPC || *s.RuntimeClassName != "gvisor" {
+		t.Fatalf("pod spec %+v", s)
+	}
+	for _, v := range s.Volumes {
+		if v.HostPath != nil {
+			t.Fatalf("host path volume %s", v.Name)
+		}
+		if v.Name == "workspace" && v.EmptyDir.SizeLimit.Value() != 64<<20 {
+			t.Fatalf("workspace size %v", v.EmptyDir.SizeLimit)
+		}
+		if v.Name == "token" && *v.Secret.DefaultMode != 0o400 {
+			t.Fatalf("token mode %o", *v.Secret.DefaultMode)
+		}
+	}
+	c := s.Containers[0]
+	sc := c.SecurityContext
+	if *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem || *sc.Privileged || *sc.RunAsUser != 0 ||
+		len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != len(hostside.AgentCapabilities()) {
+		t.Fatalf("security context %+v", sc)
+	}
+	if sc.SeccompProfile.Type != corev1.SeccompProfileTypeLocalhost || *sc.SeccompProfile.LocalhostProfile != name {
+		t.Fatalf("seccomp %+v", sc.SeccompProfile)
+	}
+	if c.Resources.Limits.Memory().Value() != lim.MemoryBytes || c.Resources.Limits.Cpu().MilliValue() != lim.CPUMillis || c.Resources.Limits.StorageEphemeral().Value() == 0 {
+		t.Fatalf("limits %v", c.Resources.Limits)
+	}
+	if !slicesContains(c.Command, "65534") || !slicesContains(c.Command, "--listen-tcp") {
+		t.Fatalf("command %v", c.Command)
+	}
+	profiles, err := SeccompProfiles("sandboxd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := profiles[name]; !ok {
+		t.Fatalf("profile %s not among the installed %d", name, len(profiles))
+	}
+}
+
+func slicesContains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFakeWorkspaceSync: a read-write workspace is copied in at Create
+// and back after an Exec's file changes (here through the agent's
+// write_file, the fake's pod has no process isolation).
+func TestFakeWorkspaceSync(t *testing.T) {
+	cs, port := fakeCluster(t)
+	r := newFake(t, cs, port, nil)
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "in.txt"), []byte("from host"), 0o644)
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	cl := sb.(runner.AgentSandbox).Agent()
+	if b, err := cl.ReadFile(t.Context(), "in.txt", 0); err != nil || string(b) != "from host" {
+		t.Fatalf("in pod: %q %v", b, err)
+	}
+	if err := cl.WriteFile(t.Context(), "sub/out.txt", []byte("from pod"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Exec(t.Context(), runner.Process{Args: []string{"/bin/true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "sub", "out.txt")); err != nil || string(b) != "from pod" {
+		t.Fatalf("host sees %q %v", b, err)
+	}
+}
