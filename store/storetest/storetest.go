@@ -53,6 +53,8 @@ func Run(t *testing.T, b Backend) {
 		{"Events", testEvents},
 		{"Artifacts", testArtifacts},
 		{"Retention", testRetention},
+		{"Batches", testBatches},
+		{"BatchRetention", testBatchRetention},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"Reopen", testReopen},
 		{"Unavailable", testUnavailable},
