@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/store/pgtest"
 )
 
 // durablePolicy is approvalPolicy's acme (bash needs a human) and a
@@ -85,5 +87,32 @@ func TestTurnBatchSurvivesRestart(t *testing.T) {
 	// GET once more: the same answer.
 	if code, again := s.getTurn("k-acme", id, "0s"); code != 200 || string(again.Messages[0]) != string(done.Messages[0]) {
 		t.Fatalf("GET again: %d %+v", code, again)
+	}
+}
+
+// Two replicas on one Postgres: a batch made on one is answered by the
+// other (from the store), waiting with ?wait= until it completes.
+func TestReplicasTurnOnAnyReplica(t *testing.T) {
+	pg := pgtest.Start(t)
+	rs := startReplicas(t, pg.NewDatabase(t), 2)
+	body := `[` + chatCall("c1", "calculator", `{"expression":"6*7"}`) + "," +
+		chatCall("c2", "python_repl", `{"code":"import time; time.sleep(1); print('slept')"}`) + "," +
+		chatCall("c3", "calculator", `{"expression":"1/0"}`) + `]`
+	code, tv, raw := rs[0].postTurn("", "?wait=0s", body)
+	if code != 202 && code != 200 {
+		t.Fatalf("submit on replica 1: %d %s", code, raw)
+	}
+	code, other := rs[1].getTurn("", tv.ID, "60s")
+	if code != 200 || other.State != "completed" || other.Dialect != "openai_chat" || len(other.Messages) != 3 {
+		t.Fatalf("on replica 2: %d %+v", code, other)
+	}
+	_, mine := rs[0].getTurn("", tv.ID, "60s")
+	for i := range mine.Messages {
+		if string(other.Messages[i]) != string(mine.Messages[i]) {
+			t.Errorf("message %d on replica 2 %s, on replica 1 %s", i, other.Messages[i], mine.Messages[i])
+		}
+	}
+	if !strings.Contains(string(other.Messages[1]), "slept") || !other.Calls[2].IsError {
+		t.Errorf("answers on replica 2: %+v", other)
 	}
 }
