@@ -1,8 +1,12 @@
 package job_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
@@ -91,5 +95,72 @@ rules:
 	}
 	if _, err := other.Get(t.Context(), "other", b.ID); !errors.Is(err, job.ErrNotFound) {
 		t.Fatalf("another tenant's batch from the store: %v", err)
+	}
+}
+
+// A serial batch stopped mid-way (a graceful shutdown while its first call
+// runs): the call that was never submitted runs exactly once in the next
+// process, the stopped one answers what became of its job.
+func TestTurnStoppedMidBatchResumes(t *testing.T) {
+	dir := t.TempDir()
+	var runs atomic.Int64
+	count := func() *tools.Tool {
+		return &tools.Tool{Name: "count", Run: func(context.Context, tools.Env, map[string]any) (tools.Result, error) {
+			return tools.Result{OK: true, Content: fmt.Sprint(runs.Add(1))}, nil
+		}}
+	}
+	h1 := newHarness(t, inDir(dir))
+	h1.register(t, count())
+	turns1 := job.NewTurns(h1.svc, job.TurnConfig{})
+	turn, _ := tools.ParseTurn([]byte(anthropicCalls(use("a", "wait", `{}`), use("b", "count", `{}`))))
+	b, err := turns1.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Mode != job.ModeSerial {
+		t.Fatalf("mode %s", b.Mode)
+	}
+	var first string
+	for deadline := time.Now().Add(10 * time.Second); first == "" && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		cur, _ := turns1.Get(t.Context(), "acme", b.ID)
+		first = cur.Calls[0].JobID
+	}
+	if first == "" {
+		t.Fatal("the first call was never submitted")
+	}
+	h1.waitRunning(t, "acme", first)
+	// Stop with a short grace: the running call is cancelled.
+	sctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	_ = h1.svc.Shutdown(sctx) // the deadline passes: expected
+	cancel()
+	h1.st.Close()
+	if runs.Load() != 0 {
+		t.Fatalf("the second call ran before the stop: %d", runs.Load())
+	}
+
+	h2 := newHarness(t, inDir(dir))
+	h2.register(t, count())
+	turns2 := job.NewTurns(h2.svc, job.TurnConfig{})
+	if err := turns2.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	done := waitBatch(t, turns2, "acme", b.ID)
+	if done.Calls[0].JobID != first || !done.Calls[0].IsError || done.Calls[1].Answer != "1" || runs.Load() != 1 {
+		t.Fatalf("after the restart: %+v (runs %d)", done.Calls, runs.Load())
+	}
+	// Recovering again (a third start) runs nothing more: the batch is
+	// completed in the store.
+	h2.close(t)
+	h3 := newHarness(t, inDir(dir))
+	h3.register(t, count())
+	turns3 := job.NewTurns(h3.svc, job.TurnConfig{})
+	if err := turns3.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := turns3.Get(t.Context(), "acme", b.ID); err != nil || got.State != job.BatchCompleted || got.Calls[1].Answer != "1" {
+		t.Fatalf("third start: %+v, %v", got, err)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("the call ran %d times", runs.Load())
 	}
 }
