@@ -419,7 +419,7 @@ func (t *Turns) submit(ctx context.Context, b *Batch, pc *pendingCall, hold, sto
 	save := false
 	if err != nil {
 		failed(rec, err)
-		b.rec.Calls[pc.i] = answered(b.rec.Calls[pc.i], rec)
+		b.rec.Calls[pc.i] = answered(rec)
 		save = true
 	} else {
 		if !created {

@@ -27,7 +27,7 @@ func newRecord(b *Batch, run []*pendingCall) *BatchRecord {
 		FinalAnswer: b.FinalAnswer, HasFinal: b.HasFinal, Tags: slices.Clone(b.Tags), Metadata: b.Metadata,
 		Callback: cloneCallback(b.Callback)}
 	for i := range b.Calls {
-		r.Calls[i] = answered(BatchCall{}, &b.Calls[i])
+		r.Calls[i] = answered(&b.Calls[i])
 	}
 	for _, pc := range run {
 		c := &r.Calls[pc.i]
@@ -40,8 +40,8 @@ func newRecord(b *Batch, run []*pendingCall) *BatchRecord {
 	return r
 }
 
-// answered is c recording rec's answer: a call answered without a job.
-func answered(c BatchCall, rec *CallRecord) BatchCall {
+// answered is the record of a call answered without a job (rec).
+func answered(rec *CallRecord) BatchCall {
 	return BatchCall{CallID: rec.CallID, GeneratedID: rec.GeneratedID, Tool: rec.Tool, ReturnDirect: rec.ReturnDirect,
 		State: rec.State, Error: rec.Error, Details: slices.Clone(rec.Details), Answer: rec.Answer}
 }
@@ -219,7 +219,7 @@ func (t *Turns) resume(ctx context.Context, rec *BatchRecord) {
 		case CallHeld: // not submitted yet
 			if !ok {
 				failed(cr, fmt.Errorf("%w: tool %s is no longer registered", ErrInvalid, c.Tool))
-				b.rec.Calls[i] = answered(c, cr)
+				b.rec.Calls[i] = answered(cr)
 				continue
 			}
 			fresh = append(fresh, pc)
