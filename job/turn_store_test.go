@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/tools"
 )
@@ -162,5 +163,33 @@ func TestTurnStoppedMidBatchResumes(t *testing.T) {
 	}
 	if runs.Load() != 1 {
 		t.Fatalf("the call ran %d times", runs.Load())
+	}
+}
+
+// Retention deletes a completed batch with its jobs: a Turns that does
+// not hold it (a restart, another replica) then finds none.
+func TestTurnBatchRetention(t *testing.T) {
+	h := newHarness(t, func(c *job.Config, _ *harness) {
+		c.Retention = config.Retention{MaxAge: time.Millisecond, MaxBytes: -1, Interval: 20 * time.Millisecond}
+	})
+	turns := job.NewTurns(h.svc, job.TurnConfig{})
+	b := runTurn(t, turns, "acme", anthropicCalls(use("a", "add", `{"a":1,"b":1}`), use("b", "nope", `{}`)))
+	if b.State != job.BatchCompleted || b.Calls[0].Answer != "2" {
+		t.Fatalf("batch %+v", b)
+	}
+	other := job.NewTurns(h.svc, job.TurnConfig{})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := other.Get(t.Context(), "acme", b.ID)
+		if errors.Is(err, job.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("completed batch not deleted by retention: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := h.svc.Get(t.Context(), "acme", b.Calls[0].JobID); !errors.Is(err, job.ErrNotFound) {
+		t.Fatalf("the batch's job: %v", err)
 	}
 }
