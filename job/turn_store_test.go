@@ -150,7 +150,11 @@ func TestTurnStoppedMidBatchResumes(t *testing.T) {
 		t.Fatalf("after the restart: %+v (runs %d)", done.Calls, runs.Load())
 	}
 	// Recovering again (a third start) runs nothing more: the batch is
-	// completed in the store.
+	// completed in the store (written just after its waiters woke).
+	eventually(t, "the completed batch in the store", func() bool {
+		rec, err := h2.st.GetBatch(t.Context(), b.ID)
+		return err == nil && rec.State == job.BatchCompleted
+	})
 	h2.close(t)
 	h3 := newHarness(t, inDir(dir))
 	h3.register(t, count())
