@@ -66,7 +66,7 @@ type Turns struct {
 	Concurrency  int           `yaml:"concurrency" check:"positive" doc:"the calls of one batch running at once, when every tool in it is parallel-safe outside a session"`
 	Retries      int           `yaml:"retries" check:"nonnegative" doc:"more attempts after an infrastructure failure (no sandbox, the sandbox or the provider died), when that cannot do anything twice; 0: none"`
 	RetryBackoff time.Duration `yaml:"retry_backoff" check:"positive" doc:"the delay before the first retry, doubling (at most 5s)"`
-	Keep         time.Duration `yaml:"keep" check:"positive" doc:"how long a finished batch stays readable at GET /v1/tool-calls/{id}"`
+	Keep         time.Duration `yaml:"keep" check:"positive" doc:"how long a finished batch stays in memory; GET /v1/tool-calls/{id} reads it from the store after that, until retention deletes it with its jobs"`
 }
 
 // Provider is an MCP server whose tools join the registry.

@@ -85,8 +85,12 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 		runnerName = s.cfg.RunnerName
 	}
 	now := time.Now().UTC()
+	id := req.JobID
+	if id == "" {
+		id = ids.At("job_", now)
+	}
 	j := &Job{
-		ID: ids.At("job_", now), Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
+		ID: id, Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
 		IdempotencyKey: key, Runner: runnerName, Limits: limits, SessionID: req.SessionID,
 		State: StateQueued, CreatedAt: now, Tags: tags, Metadata: md,
 	}

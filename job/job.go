@@ -119,6 +119,9 @@ type SubmitRequest struct {
 	// approved: it waits, queued, until Release (a batch releases its
 	// calls together, in its own order).
 	Hold bool
+	// JobID, when set, is the ID the job gets (a batch reserves its
+	// calls' job IDs before it is recorded, turn.go); "" makes one.
+	JobID string
 	// Retry lets the service run the call again after an infrastructure
 	// failure, up to Config.Turns.Retries times with exponential backoff, when
 	// that is safe: the call provably never started, or its tool is

@@ -52,8 +52,9 @@ func (s *Service) retain() {
 	del := func(before time.Time, n int) (int, error) {
 		d, err := s.st.DeleteFinishedJobs(ctx, before, keepGuarded, n)
 		total.Jobs += d.Jobs
+		total.Batches += d.Batches
 		total.Bytes += d.Bytes
-		return d.Jobs, err
+		return max(d.Jobs, d.Batches), err // a full page of either: more may be due
 	}
 	var err error
 	if rc.MaxAge > 0 {
@@ -88,8 +89,8 @@ func (s *Service) retain() {
 	m.deletedBytes.Add(float64(total.Bytes))
 	m.compactedBytes.Add(float64(freed))
 	m.lastRun.Set(float64(time.Now().UnixNano()) / 1e9)
-	if total.Jobs > 0 || freed > 0 {
-		s.log.Info("retention", "deleted_jobs", total.Jobs, "deleted_bytes", total.Bytes, "compacted_bytes", freed,
+	if total.Jobs > 0 || total.Batches > 0 || freed > 0 {
+		s.log.Info("retention", "deleted_jobs", total.Jobs, "deleted_batches", total.Batches, "deleted_bytes", total.Bytes, "compacted_bytes", freed,
 			"took", time.Since(now).Round(time.Millisecond))
 	}
 }

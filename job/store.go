@@ -87,11 +87,31 @@ type Store interface {
 	// GetArtifact returns a job's artifact with its Data, or ErrNotFound.
 	GetArtifact(ctx context.Context, jobID, name string) (*tools.Artifact, error)
 
+	// CreateBatch records a new batch of a turn (BatchRecord). A
+	// duplicate ID, or a second batch of the same tenant with the same
+	// non-empty IdempotencyKey, is ErrConflict.
+	CreateBatch(ctx context.Context, b *BatchRecord) error
+	// GetBatch returns a batch by ID, of any tenant, or ErrNotFound.
+	GetBatch(ctx context.Context, id string) (*BatchRecord, error)
+	// GetBatchByIdempotencyKey returns the tenant's batch with that key
+	// or ErrNotFound.
+	GetBatchByIdempotencyKey(ctx context.Context, tenant, key string) (*BatchRecord, error)
+	// UpdateBatch replaces the mutable fields of the record with b's
+	// (state, finished_at, calls, callback); ErrNotFound when there is no
+	// such batch.
+	UpdateBatch(ctx context.Context, b *BatchRecord) error
+	// ListUnfinishedBatches returns every batch not completed, oldest
+	// first: what a stopped process left to run.
+	ListUnfinishedBatches(ctx context.Context) ([]*BatchRecord, error)
+
 	// DeleteFinishedJobs deletes up to limit terminal jobs that finished
 	// before `before`, the earliest finished first, together with their
 	// events, artifacts and approvals, each batch in one short write. Jobs
 	// with a guard record created at or after keepGuardedSince are kept:
 	// their spends restore budgets at the next start (ListSpends).
+	// In the same write it deletes up to limit completed batches
+	// (BatchRecord) that finished before `before` and none of whose jobs
+	// is left.
 	DeleteFinishedJobs(ctx context.Context, before, keepGuardedSince time.Time, limit int) (Deleted, error)
 	// Size reports how many bytes the store's records occupy.
 	Size(ctx context.Context) (StoreSize, error)
@@ -116,6 +136,8 @@ type EventRecord struct {
 // Deleted is what one DeleteFinishedJobs call removed.
 type Deleted struct {
 	Jobs int
+	// Batches is how many turn batches went with their jobs.
+	Batches int
 	// Bytes is the data the deleted records held: arguments, results,
 	// event output and artifact data.
 	Bytes int64

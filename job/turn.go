@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/ids"
@@ -39,8 +40,12 @@ var ErrBatchNotFound error = notFoundError("batch not found")
 //  5. Each call's answer is tools.AnswerText of its job's result
 //     (artifacts named, never inlined); the batch sums the effects spent.
 //
-// Batches live in this process's memory (TurnConfig.Keep after they end);
-// their jobs are durable like any other.
+// A batch is recorded in the store (BatchRecord, turn_store.go) before
+// Submit answers, with its calls' job IDs reserved, and again when it
+// completes; what its calls did is read from their jobs. A process that
+// starts resumes the batches a stopped one left unfinished (Recover), and
+// Get answers from the store a batch this process does not hold (after a
+// restart, made by another replica, or past TurnConfig.Keep in memory).
 type Turns struct {
 	s   *Service
 	cfg TurnConfig
@@ -142,6 +147,9 @@ type Batch struct {
 	key  string // the client's idempotency key
 	done chan struct{}
 	mu   *sync.Mutex // guards the mutable fields while it runs
+	// rec is what the store keeps (under mu); saveMu orders its writes.
+	rec    *BatchRecord
+	saveMu *sync.Mutex
 }
 
 // CallRecord is sandboxd's own record of one call of a batch.
@@ -227,6 +235,11 @@ type pendingCall struct {
 	tool     *tools.Tool
 	decision policy.Decision
 	jobID    string // set once submitted
+	// reserved is the job ID the call's job gets (BatchCall.JobID).
+	reserved string
+	// resumed: its job was submitted by a process that stopped (Recover);
+	// it runs (or has run) whatever the decision was.
+	resumed bool
 }
 
 // Submit starts executing a turn and returns the batch as it stands: every
@@ -271,8 +284,8 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 		return nil, ErrShutdown
 	}
 	if req.IdempotencyKey != "" {
-		if b := t.byIdempotencyKey(tenant, req.IdempotencyKey); b != nil {
-			return b.snapshot(), nil
+		if b, err := t.byIdempotencyKey(ctx, tenant, req.IdempotencyKey); b != nil || err != nil {
+			return b, err
 		}
 	}
 	now := time.Now().UTC()
@@ -281,7 +294,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 		State: BatchRunning, Calls: make([]CallRecord, len(req.Turn.Calls)), Effects: map[tools.Effect]int{},
 		FinalAnswer: req.Turn.FinalAnswer, HasFinal: req.Turn.HasFinal, CreatedAt: now,
 		Tags: tags, Metadata: md,
-		key: req.IdempotencyKey, done: make(chan struct{}), mu: &sync.Mutex{},
+		key: req.IdempotencyKey, done: make(chan struct{}), mu: &sync.Mutex{}, saveMu: &sync.Mutex{},
 	}
 	if callback != "" {
 		b.Callback = &Callback{URL: callback, State: CallbackPending}
@@ -315,7 +328,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 			invalid(rec, fmt.Errorf("tool %s is a declaration only and cannot run", tool.Name))
 			continue
 		}
-		run = append(run, &pendingCall{i: i, call: prepared, tool: tool})
+		run = append(run, &pendingCall{i: i, call: prepared, tool: tool, reserved: ids.At("job_", now)})
 	}
 
 	// 2. The guard decides the whole batch before anything runs.
@@ -327,14 +340,30 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 		run[k].decision = d
 	}
 	b.Mode = t.mode(session, run)
+
+	// 3. The batch is recorded before any of its jobs: a stop from here on
+	// leaves it for the next process to resume.
+	b.rec = newRecord(b, run)
+	if err := s.st.CreateBatch(ctx, b.rec); err != nil {
+		for _, pc := range run {
+			s.RefundDecision(&pc.decision)
+		}
+		if req.IdempotencyKey != "" && errors.Is(err, ErrConflict) { // the same turn, sent twice at once
+			if b, err := t.byIdempotencyKey(ctx, tenant, req.IdempotencyKey); b != nil || err != nil {
+				return b, err
+			}
+		}
+		return nil, fmt.Errorf("record batch: %w", err)
+	}
+
 	var ready, pending []*pendingCall
 	for _, pc := range run {
 		rec := &b.Calls[pc.i]
 		switch pc.decision.Outcome {
 		case policy.OutcomeDeny:
-			t.submit(ctx, b, pc, false)
+			t.submit(ctx, b, pc, false, false)
 		case policy.OutcomeConfirm:
-			t.submit(ctx, b, pc, true)
+			t.submit(ctx, b, pc, true, false)
 			if rec.JobID != "" && rec.State == string(StatePendingApproval) {
 				pending = append(pending, pc)
 			}
@@ -367,31 +396,48 @@ func (t *Turns) mode(session string, run []*pendingCall) string {
 	return ModeParallel
 }
 
-// submit submits pc with its decision: deny and confirm at once (the job
-// is recorded failed, or pending approval and held), allow when it is the
-// call's time to run.
-func (t *Turns) submit(ctx context.Context, b *Batch, pc *pendingCall, hold bool) {
+// submit submits pc with its decision, as the job ID it reserved: deny and
+// confirm at once (the job is recorded failed, or pending approval and
+// held), allow when it is the call's time to run. A refusal is the call's
+// answer, recorded with the batch; with stopping, ErrShutdown is returned
+// unrecorded instead (the next process submits the call).
+func (t *Turns) submit(ctx context.Context, b *Batch, pc *pendingCall, hold, stopping bool) error {
 	s := t.s
 	d := pc.decision
 	req := SubmitRequest{Call: pc.call, SessionID: b.SessionID, Decision: &d, Hold: hold, Retry: true,
-		Tags: b.Tags, Metadata: b.Metadata}
+		Tags: b.Tags, Metadata: b.Metadata, JobID: pc.reserved}
 	if key := t.callKey(b, pc); key != "" {
 		req.IdempotencyKey = key
 	}
 	j, created, err := s.Submit(ctx, b.Tenant, req)
+	pc.decision.Spend = nil // Submit owns the reserved units now
+	if err != nil && stopping && errors.Is(err, ErrShutdown) {
+		return err
+	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	rec := &b.Calls[pc.i]
+	save := false
 	if err != nil {
 		failed(rec, err)
-		return
+		b.rec.Calls[pc.i] = answered(rec)
+		save = true
+	} else {
+		if !created {
+			s.RefundDecision(&d) // the key's job exists: its own decision stands
+		}
+		pc.jobID = j.ID
+		rec.JobID = j.ID
+		fillRecord(rec, j)
+		if j.ID != b.rec.Calls[pc.i].JobID { // the key's job, made before
+			b.rec.Calls[pc.i].JobID = j.ID
+			save = true
+		}
 	}
-	if !created {
-		s.RefundDecision(&d) // the key's job exists: its own decision stands
+	b.mu.Unlock()
+	if save {
+		t.save(b)
 	}
-	pc.jobID = j.ID
-	rec.JobID = j.ID
-	fillRecord(rec, j)
+	return err
 }
 
 // callKey is the idempotency key of a call's job, "" without a batch key.
@@ -403,12 +449,24 @@ func (t *Turns) callKey(b *Batch, pc *pendingCall) string {
 	return "turn:" + key + ":" + pc.call.ID
 }
 
-// execute waits for the batch's approvals, then runs its calls.
+// execute waits for the batch's approvals, then runs its calls. When the
+// service stops first, the batch is left as the store has it, unfinished:
+// the next process resumes it (Recover).
 func (t *Turns) execute(b *Batch, run, ready, pending []*pendingCall) {
 	s := t.s
 	ctx, cancel := context.WithCancel(s.runCtx)
 	defer cancel()
-	defer t.finish(b)
+	if t.run(ctx, b, run, ready, pending) {
+		t.finish(b)
+	}
+}
+
+// run is execute's work; false: the service stopped before every call was
+// answered.
+func (t *Turns) run(ctx context.Context, b *Batch, run, ready, pending []*pendingCall) bool {
+	s := t.s
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	go func() { // stop waiting when the service shuts down
 		select {
 		case <-s.quit:
@@ -422,7 +480,7 @@ func (t *Turns) execute(b *Batch, run, ready, pending []*pendingCall) {
 		j, err := s.AwaitDecision(ctx, b.Tenant, pc.jobID)
 		if err != nil {
 			t.abandon(b, ready)
-			return
+			return false
 		}
 		b.mu.Lock()
 		fillRecord(&b.Calls[pc.i], j)
@@ -433,7 +491,7 @@ func (t *Turns) execute(b *Batch, run, ready, pending []*pendingCall) {
 	}
 	var todo []*pendingCall
 	for _, pc := range run {
-		if pc.decision.Outcome == policy.OutcomeAllow || approved[pc.i] {
+		if pc.decision.Outcome == policy.OutcomeAllow || approved[pc.i] || pc.resumed {
 			todo = append(todo, pc)
 		}
 	}
@@ -443,45 +501,53 @@ func (t *Turns) execute(b *Batch, run, ready, pending []*pendingCall) {
 	if b.Mode == ModeParallel {
 		sem := make(chan struct{}, t.cfg.Concurrency)
 		var wg sync.WaitGroup
+		var stopped atomic.Bool
 		for _, pc := range todo {
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
 				t.abandon(b, todo)
 				wg.Wait()
-				return
+				return false
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				t.runOne(ctx, b, pc)
+				if !t.runOne(ctx, b, pc) {
+					stopped.Store(true)
+				}
 			})
 		}
 		wg.Wait()
-		return
+		return !stopped.Load()
 	}
 	for k, pc := range todo {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !t.runOne(ctx, b, pc) {
 			t.abandon(b, todo[k:])
-			return
+			return false
 		}
-		t.runOne(ctx, b, pc)
 	}
+	return true
 }
 
 // runOne starts a call (Submit of an allowed call, Release of an approved
-// one) and waits for its job.
-func (t *Turns) runOne(ctx context.Context, b *Batch, pc *pendingCall) {
+// one) and waits for its job. false: the service stopped first.
+func (t *Turns) runOne(ctx context.Context, b *Batch, pc *pendingCall) bool {
 	s := t.s
 	if pc.jobID == "" {
-		t.submit(ctx, b, pc, false)
+		if err := t.submit(ctx, b, pc, false, true); errors.Is(err, ErrShutdown) {
+			return false
+		}
 		if pc.jobID == "" {
-			return // refused at submission: the record says why
+			return true // refused at submission: the record says why
 		}
 	} else if _, err := s.Release(ctx, b.Tenant, pc.jobID); err != nil {
+		if errors.Is(err, ErrShutdown) || ctx.Err() != nil {
+			return false // still queued in the store: it runs at the next start
+		}
 		b.mu.Lock()
 		failed(&b.Calls[pc.i], err)
 		b.mu.Unlock()
-		return
+		return true
 	}
 	j, err := s.Wait(ctx, b.Tenant, pc.jobID)
 	b.mu.Lock()
@@ -493,27 +559,28 @@ func (t *Turns) runOne(ctx context.Context, b *Batch, pc *pendingCall) {
 	if err != nil && (j == nil || !j.State.Terminal()) {
 		rec.OK, rec.IsError = false, true
 		rec.Answer = "Error: sandboxd shut down before the call finished; it may have run. Check before calling it again."
+		return false
 	}
+	return true
 }
 
-// abandon answers calls that never got to run (the service is shutting
-// down) and gives their reserved units back.
+// abandon gives back the units reserved for calls that never got to run
+// (the service is shutting down): the next process decides them again
+// when it resumes the batch.
 func (t *Turns) abandon(b *Batch, calls []*pendingCall) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, pc := range calls {
-		rec := &b.Calls[pc.i]
-		if pc.jobID == "" && rec.State == CallHeld {
+		if pc.jobID == "" && b.Calls[pc.i].State == CallHeld {
 			t.s.RefundDecision(&pc.decision)
-			failed(rec, ErrShutdown)
 		}
 	}
 }
 
 // finish sums the effects and marks the batch completed.
+// Waiters wake first; the record is written after.
 func (t *Turns) finish(b *Batch) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	for _, c := range b.Calls {
 		for _, e := range c.Effects {
 			b.Effects[e]++
@@ -521,14 +588,18 @@ func (t *Turns) finish(b *Batch) {
 	}
 	now := time.Now().UTC()
 	b.State, b.FinishedAt = BatchCompleted, &now
+	b.rec.State, b.rec.FinishedAt = BatchCompleted, &now
 	close(b.done)
-	if b.Callback != nil {
+	hasCallback := b.Callback != nil
+	b.mu.Unlock()
+	t.save(b)
+	if hasCallback {
 		t.s.hooks.Go(func() { t.deliver(b) })
 	}
 }
 
 // deliver POSTs a finished batch to its callback URL; the attempts are
-// kept in the batch (it lives in memory, like the batch).
+// kept in the batch, and recorded with it once the delivery ends.
 func (t *Turns) deliver(b *Batch) {
 	snap := b.snapshot()
 	body, err := t.s.cfg.TurnCallbackBody(snap)
@@ -539,7 +610,11 @@ func (t *Turns) deliver(b *Batch) {
 	t.s.deliverCallback(b.Tenant, b.ID, snap.Callback, "turn.finished", body, func(cb *Callback) {
 		b.mu.Lock()
 		b.Callback = cloneCallback(cb)
+		b.rec.Callback = cloneCallback(cb)
 		b.mu.Unlock()
+		if cb.State != CallbackPending {
+			t.save(b)
+		}
 	})
 }
 
@@ -616,10 +691,23 @@ func (b *Batch) snapshot() *Batch {
 // Done reports whether every call has its answer.
 func (b *Batch) Done() bool { return b.State == BatchCompleted }
 
-func (t *Turns) byIdempotencyKey(tenant, key string) *Batch {
+// byIdempotencyKey is the tenant's batch of that key, from memory or the
+// store; nil (and no error) when there is none.
+func (t *Turns) byIdempotencyKey(ctx context.Context, tenant, key string) (*Batch, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.batches[t.byKey[tenant+"\x00"+key]]
+	b := t.batches[t.byKey[tenant+"\x00"+key]]
+	t.mu.Unlock()
+	if b != nil {
+		return b.snapshot(), nil
+	}
+	rec, err := t.s.st.GetBatchByIdempotencyKey(ctx, tenant, key)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("batch by idempotency key: %w", err)
+	}
+	return t.load(ctx, rec), nil
 }
 
 // add keeps b, dropping finished batches past Keep or MaxBatches.
@@ -652,24 +740,32 @@ func (t *Turns) add(b *Batch) {
 	}
 }
 
-// Get returns a tenant's batch; another tenant's is ErrNotFound.
-func (t *Turns) Get(_ context.Context, tenant, id string) (*Batch, error) {
+// Get returns a tenant's batch; another tenant's is ErrNotFound. A batch
+// this process does not hold is read from the store (fromStore).
+func (t *Turns) Get(ctx context.Context, tenant, id string) (*Batch, error) {
 	t.mu.Lock()
 	b := t.batches[id]
 	t.mu.Unlock()
-	if b == nil || b.Tenant != tenant {
+	if b == nil {
+		return t.fromStore(ctx, tenant, id)
+	}
+	if b.Tenant != tenant {
 		return nil, fmt.Errorf("%s: %w", id, ErrBatchNotFound)
 	}
 	return b.snapshot(), nil
 }
 
 // Wait blocks until the batch is completed or ctx ends (then it returns
-// the current snapshot and ctx.Err()).
+// the current snapshot and ctx.Err()). A batch this process does not
+// hold is read from the store every storePoll.
 func (t *Turns) Wait(ctx context.Context, tenant, id string) (*Batch, error) {
 	t.mu.Lock()
 	b := t.batches[id]
 	t.mu.Unlock()
-	if b == nil || b.Tenant != tenant {
+	if b == nil {
+		return t.waitStore(ctx, tenant, id)
+	}
+	if b.Tenant != tenant {
 		return nil, fmt.Errorf("%s: %w", id, ErrBatchNotFound)
 	}
 	select {

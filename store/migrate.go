@@ -136,6 +136,29 @@ var migrations = []string{
 	`ALTER TABLE jobs ADD COLUMN cached INTEGER NOT NULL DEFAULT 0;`,
 	// 8: the tool hooks' requests of a job.
 	`ALTER TABLE jobs ADD COLUMN hooks TEXT; -- JSON []job.HookRecord, NULL when none`,
+	// 9: turn batches (job.BatchRecord) and the jobs reserved for their
+	// calls, which retention joins with jobs.
+	`CREATE TABLE IF NOT EXISTS batches (
+		id              TEXT    PRIMARY KEY,
+		tenant          TEXT    NOT NULL,
+		idempotency_key TEXT,                  -- NULL when none
+		session_id      TEXT    NOT NULL DEFAULT '',
+		state           TEXT    NOT NULL,
+		created_at      INTEGER NOT NULL,      -- unix nanoseconds, UTC
+		finished_at     INTEGER,
+		record          TEXT    NOT NULL       -- JSON: dialect, mode, calls, final answer, labels, callback
+	);
+	CREATE UNIQUE INDEX IF NOT EXISTS batches_idempotency
+		ON batches (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
+	CREATE INDEX IF NOT EXISTS batches_unfinished
+		ON batches (created_at) WHERE state != 'completed';
+	CREATE INDEX IF NOT EXISTS batches_finished
+		ON batches (finished_at) WHERE state = 'completed';
+	CREATE TABLE IF NOT EXISTS batch_jobs (
+		batch_id TEXT NOT NULL,
+		job_id   TEXT NOT NULL,
+		PRIMARY KEY (batch_id, job_id)
+	);`,
 }
 
 // migrate brings the schema to the latest version.

@@ -217,6 +217,30 @@ var pgMigrations = []string{
 	// requests (SQLite's migrations 7 and 8).
 	`ALTER TABLE jobs ADD COLUMN cached BOOLEAN NOT NULL DEFAULT false;
 	ALTER TABLE jobs ADD COLUMN hooks TEXT;`,
+	// 5: turn batches and the jobs reserved for their calls (SQLite's
+	// migration 9). Self-contained: it may take another number when
+	// branches merge.
+	`CREATE TABLE IF NOT EXISTS batches (
+		id              TEXT   PRIMARY KEY,
+		tenant          TEXT   NOT NULL,
+		idempotency_key TEXT,
+		session_id      TEXT   NOT NULL DEFAULT '',
+		state           TEXT   NOT NULL,
+		created_at      BIGINT NOT NULL,
+		finished_at     BIGINT,
+		record          TEXT   NOT NULL
+	);
+	CREATE UNIQUE INDEX IF NOT EXISTS batches_idempotency
+		ON batches (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
+	CREATE INDEX IF NOT EXISTS batches_unfinished
+		ON batches (created_at) WHERE state != 'completed';
+	CREATE INDEX IF NOT EXISTS batches_finished
+		ON batches (finished_at) WHERE state = 'completed';
+	CREATE TABLE IF NOT EXISTS batch_jobs (
+		batch_id TEXT NOT NULL REFERENCES batches (id) ON DELETE CASCADE,
+		job_id   TEXT NOT NULL,
+		PRIMARY KEY (batch_id, job_id)
+	);`,
 }
 
 // migrate brings the schema to the latest version, holding the
@@ -715,8 +739,9 @@ func (s *Postgres) DeleteFinishedJobs(ctx context.Context, before, keepGuardedSi
 		limit = 100
 	}
 	var d job.Deleted
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
 		d = job.Deleted{}
+		var n int64
 		rows, err := tx.Query(ctx, `SELECT id, OCTET_LENGTH(args) + COALESCE(OCTET_LENGTH(result), 0)
 				+ COALESCE(OCTET_LENGTH(guard), 0) + COALESCE(OCTET_LENGTH(egress), 0)
 			FROM jobs
@@ -734,6 +759,12 @@ func (s *Postgres) DeleteFinishedJobs(ctx context.Context, before, keepGuardedSi
 		if err != nil {
 			return err
 		}
+		defer func() {
+			if err == nil {
+				d.Batches, n, err = pgDeleteDeadBatches(ctx, tx, before, limit)
+				d.Bytes += n
+			}
+		}()
 		if len(recs) == 0 {
 			return nil
 		}
@@ -772,7 +803,7 @@ func (s *Postgres) Size(ctx context.Context) (job.StoreSize, error) {
 		COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::BIGINT, pg_database_size(current_database())
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.relkind = 'r' AND n.nspname = current_schema()
-			AND c.relname IN ('jobs', 'sessions', 'approvals', 'job_events', 'artifacts')`).Scan(&out.Bytes, &out.FileBytes)
+			AND c.relname IN ('jobs', 'sessions', 'approvals', 'job_events', 'artifacts', 'batches', 'batch_jobs')`).Scan(&out.Bytes, &out.FileBytes)
 	return out, pgErr("store size", err)
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"strings"
@@ -60,30 +61,46 @@ func (s *SQLite) DeleteFinishedJobs(ctx context.Context, before, keepGuardedSinc
 	if err := rows.Err(); err != nil {
 		return d, fmt.Errorf("delete finished jobs: %w", err)
 	}
-	if len(ids) == 0 {
-		return d, tx.Rollback()
-	}
-	in := "(?" + strings.Repeat(", ?", len(ids)-1) + ")"
-	var ev, art int64
-	if err := tx.QueryRowContext(ctx, `SELECT IFNULL(SUM(LENGTH(data)), 0) FROM job_events WHERE job_id IN `+in, ids...).Scan(&ev); err != nil {
-		return d, fmt.Errorf("delete finished jobs: %w", err)
-	}
-	if err := tx.QueryRowContext(ctx, `SELECT IFNULL(SUM(size), 0) FROM artifacts WHERE job_id IN `+in, ids...).Scan(&art); err != nil {
-		return d, fmt.Errorf("delete finished jobs: %w", err)
-	}
-	for _, table := range []string{"job_events", "artifacts", "approvals"} {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE job_id IN `+in, ids...); err != nil {
-			return d, fmt.Errorf("delete finished jobs: %s: %w", table, err)
+	if len(ids) > 0 {
+		if err := deleteJobs(ctx, tx, ids, &d); err != nil {
+			return d, err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE id IN `+in, ids...); err != nil {
-		return d, fmt.Errorf("delete finished jobs: %w", err)
+	nb, bytes, err := s.deleteDeadBatches(ctx, tx, before, limit)
+	if err != nil {
+		return d, fmt.Errorf("delete finished jobs: batches: %w", err)
+	}
+	if len(ids) == 0 && nb == 0 {
+		return d, tx.Rollback()
 	}
 	if err := tx.Commit(); err != nil {
 		return d, fmt.Errorf("delete finished jobs: %w", err)
 	}
-	d.Jobs, d.Bytes = len(ids), d.Bytes+ev+art
+	d.Batches, d.Bytes = nb, d.Bytes+bytes
 	return d, nil
+}
+
+// deleteJobs deletes the jobs ids with their events, artifacts and
+// approvals in tx, adding what they held to d.
+func deleteJobs(ctx context.Context, tx *sql.Tx, ids []any, d *job.Deleted) error {
+	in := "(?" + strings.Repeat(", ?", len(ids)-1) + ")"
+	var ev, art int64
+	if err := tx.QueryRowContext(ctx, `SELECT IFNULL(SUM(LENGTH(data)), 0) FROM job_events WHERE job_id IN `+in, ids...).Scan(&ev); err != nil {
+		return fmt.Errorf("delete finished jobs: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT IFNULL(SUM(size), 0) FROM artifacts WHERE job_id IN `+in, ids...).Scan(&art); err != nil {
+		return fmt.Errorf("delete finished jobs: %w", err)
+	}
+	for _, table := range []string{"job_events", "artifacts", "approvals"} {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE job_id IN `+in, ids...); err != nil {
+			return fmt.Errorf("delete finished jobs: %s: %w", table, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE id IN `+in, ids...); err != nil {
+		return fmt.Errorf("delete finished jobs: %w", err)
+	}
+	d.Jobs, d.Bytes = len(ids), d.Bytes+ev+art
+	return nil
 }
 
 // pages reads the database's page size, page count and free pages.

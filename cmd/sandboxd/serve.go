@@ -173,6 +173,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	sources.prov.Start()
 	turns := job.NewTurns(svc, job.TurnConfig{})
+	if err := turns.Recover(ctx); err != nil {
+		return err
+	}
 
 	// The console's overview charts: this process's metrics, sampled
 	// into bounded rings in memory (internal/history).

@@ -53,6 +53,8 @@ func Run(t *testing.T, b Backend) {
 		{"Events", testEvents},
 		{"Artifacts", testArtifacts},
 		{"Retention", testRetention},
+		{"Batches", testBatches},
+		{"BatchRetention", testBatchRetention},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"Reopen", testReopen},
 		{"Unavailable", testUnavailable},
@@ -817,6 +819,9 @@ func testUnavailable(t *testing.T, b Backend) {
 	sd.Image = big
 	wantIs(t, "AppendEvents while unavailable", s.AppendEvents(ctx, []job.EventRecord{{JobID: "before", Seq: 1, Type: job.EventStdout, Time: base, Data: big}}), job.ErrStoreUnavailable)
 	wantIs(t, "CreateSession while unavailable", s.CreateSession(ctx, sd), job.ErrStoreUnavailable)
+	bd := NewBatch("tc_during", "acme", base, "j_during")
+	bd.FinalAnswer = big
+	wantIs(t, "CreateBatch while unavailable", s.CreateBatch(ctx, bd), job.ErrStoreUnavailable)
 	restore()
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
@@ -829,6 +834,8 @@ func testUnavailable(t *testing.T, b Backend) {
 	wantIs(t, "job of a failed write", err, job.ErrNotFound)
 	_, err = s.GetSession(ctx, "s-during")
 	wantIs(t, "session of a failed write", err, job.ErrNotFound)
+	_, err = s.GetBatch(ctx, "tc_during")
+	wantIs(t, "batch of a failed write", err, job.ErrNotFound)
 	if evs, err := s.ListEvents(ctx, "before", 0, 0); err != nil || len(evs) != 0 {
 		t.Fatalf("events of a failed write: %d, %v", len(evs), err)
 	}
