@@ -123,7 +123,10 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	}
 	if s.rep != nil && ls == nil {
 		// Queued in the store for whichever replica has a free worker.
-		if err := s.enqueueShared(ctx, j); err != nil {
+		if err := s.insertJob(ctx, j, d, s.cfg.Queue.Size); err != nil {
+			if r, ok := asRefused(err); ok {
+				return s.refusedBySpend(ctx, j, tool, d, r)
+			}
 			s.refund(j)
 			if errors.Is(err, ErrQueueFull) {
 				s.m.queueRejected.Inc()
@@ -151,10 +154,13 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	}
 	e.mu.Lock() // a Cancel of this ID waits until the record exists
 	s.register(e)
-	if err := s.st.Create(ctx, j); err != nil {
+	if err := s.insertJob(ctx, j, d, 0); err != nil {
 		e.mu.Unlock()
 		s.unregister(j.ID)
 		<-s.slots
+		if r, ok := asRefused(err); ok {
+			return s.refusedBySpend(ctx, j, tool, d, r)
+		}
 		s.refund(j)
 		if key != "" && errors.Is(err, ErrConflict) { // lost the race for the key
 			return s.replayAfterConflict(ctx, j, err)

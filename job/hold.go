@@ -26,7 +26,12 @@ func (s *Service) DecideBatch(tenant, session string, ts []*tools.Tool) []policy
 			out[i] = policy.Decision{Outcome: policy.OutcomeAllow}
 			continue
 		}
-		out[i] = s.cfg.Guard.Decide(policy.Request{Tenant: tenant, Session: session, Tool: t.Name, Effects: t.Effects})
+		req := policy.Request{Tenant: tenant, Session: session, Tool: t.Name, Effects: t.Effects}
+		if s.atomic != nil { // the store spends each at its Submit
+			out[i] = s.cfg.Guard.Plan(req)
+			continue
+		}
+		out[i] = s.cfg.Guard.Decide(req)
 	}
 	return out
 }
@@ -37,7 +42,9 @@ func (s *Service) RefundDecision(d *policy.Decision) {
 	if d == nil || len(d.Spend) == 0 || s.cfg.Guard == nil {
 		return
 	}
-	s.cfg.Guard.Refund(d.Spend)
+	if s.atomic == nil { // a Plan spent nothing yet
+		s.cfg.Guard.Refund(d.Spend)
+	}
 	d.Spend = nil
 }
 

@@ -217,6 +217,9 @@ var pgMigrations = []string{
 	// requests (SQLite's migrations 7 and 8).
 	`ALTER TABLE jobs ADD COLUMN cached BOOLEAN NOT NULL DEFAULT false;
 	ALTER TABLE jobs ADD COLUMN hooks TEXT;`,
+	// 5: the guard's counters, checked and spent with a job's insert
+	// (guard_spend.go).
+	pgGuardMigration,
 }
 
 // migrate brings the schema to the latest version, holding the
@@ -717,6 +720,9 @@ func (s *Postgres) DeleteFinishedJobs(ctx context.Context, before, keepGuardedSi
 	var d job.Deleted
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		d = job.Deleted{}
+		if err := pruneGuardCounters(ctx, tx); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `SELECT id, OCTET_LENGTH(args) + COALESCE(OCTET_LENGTH(result), 0)
 				+ COALESCE(OCTET_LENGTH(guard), 0) + COALESCE(OCTET_LENGTH(egress), 0)
 			FROM jobs

@@ -1,0 +1,119 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandboxd/policy"
+	"github.com/sandboxd/sandboxd/tools"
+)
+
+// The guard on a shared store (Postgres, one or several replicas): the
+// guard decides the rule and the amounts (policy.Guard.Plan), and the
+// store checks and spends them in the same statement as the job's insert
+// (AtomicSpender), so budgets, tool limits and rate limits are exact
+// across replicas. Refunds go to the store too; nothing is restored into
+// memory at start. A store without AtomicSpender (SQLite, one process)
+// keeps the in-memory guard (policy.Guard.Decide).
+
+// Charge is what a job's insert spends: the plan's counters (each with
+// its Limit) and one token of the tenant's rate limit bucket.
+type Charge struct {
+	Spend []policy.Spend
+	Rate  *policy.RateCharge
+}
+
+// empty reports whether the charge spends nothing.
+func (c Charge) empty() bool { return len(c.Spend) == 0 && c.Rate == nil }
+
+// AtomicSpender is a store that checks and spends a guard plan's units
+// atomically with a job's insert.
+type AtomicSpender interface {
+	// CreateSpending inserts j and spends c in one statement: when a
+	// counter would pass its Limit or the bucket has no token, nothing is
+	// written and the error is a *SpendRefused. capacity > 0 inserts like
+	// Coordinator.Enqueue (only while fewer than capacity jobs are queued
+	// in the store, ErrQueueFull otherwise, and the replicas are
+	// notified); capacity 0 like Store.Create.
+	CreateSpending(ctx context.Context, j *Job, c Charge, capacity int) error
+	// RefundSpends gives back units spent by CreateSpending for a job
+	// that never ran (never below zero; spends of ended windows are
+	// ignored).
+	RefundSpends(ctx context.Context, spends []policy.Spend) error
+}
+
+// SpendRefused is CreateSpending's refusal: what the store found.
+type SpendRefused struct {
+	Spent policy.Spent
+}
+
+func (e *SpendRefused) Error() string {
+	return "the guard's budgets, tool limits or rate limit refuse the call"
+}
+
+// charge is what inserting j spends (a plan's units; nothing for a
+// decision the in-memory guard reserved, or a refunded one).
+func charge(j *Job, d policy.Decision) Charge {
+	if j.Guard == nil || j.Guard.Refunded {
+		return Charge{}
+	}
+	return Charge{Spend: j.Guard.Spend, Rate: d.Rate}
+}
+
+// insertJob records a new job: with a shared guard and something to
+// spend, in the same statement as the spend; capacity as in
+// AtomicSpender.CreateSpending (0: Store.Create; > 0: the shared queue).
+func (s *Service) insertJob(ctx context.Context, j *Job, d policy.Decision, capacity int) error {
+	if a := s.atomic; a != nil {
+		if c := charge(j, d); !c.empty() {
+			if capacity > 0 && s.rep != nil && s.rep.lost.Load() {
+				return fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
+			}
+			err := a.CreateSpending(ctx, j, c, capacity)
+			if err != nil {
+				// One statement: nothing was spent, so nothing to refund.
+				j.Guard.Refunded = true
+				return err
+			}
+			if capacity > 0 && s.rep != nil {
+				s.rep.poke()
+			}
+			return nil
+		}
+	}
+	if capacity > 0 {
+		return s.enqueueShared(ctx, j)
+	}
+	return s.st.Create(ctx, j)
+}
+
+// refusedBySpend turns a store's refusal into the guard's deny and
+// records the job refused. The job's plan spent nothing.
+func (s *Service) refusedBySpend(ctx context.Context, j *Job, tool *tools.Tool, plan policy.Decision, r *SpendRefused) (*Job, bool, error) {
+	req := policy.Request{Tenant: j.Tenant, Session: j.SessionID, Tool: tool.Name, Effects: tool.Effects}
+	if r.Spent.Now.IsZero() {
+		r.Spent.Now = time.Now()
+	}
+	d := s.cfg.Guard.Refusal(req, plan, r.Spent)
+	j.Guard = s.record(j, d, j.CreatedAt)
+	j.State = StateQueued
+	return s.submitRefused(ctx, j, d)
+}
+
+// asRefused returns err's *SpendRefused.
+func asRefused(err error) (*SpendRefused, bool) {
+	var r *SpendRefused
+	ok := errors.As(err, &r)
+	return r, ok
+}
+
+// refundShared gives a job's spends back to the store.
+func (s *Service) refundShared(spends []policy.Spend) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := s.atomic.RefundSpends(ctx, spends); err != nil {
+		s.log.Error("refund guard spends", "err", fmt.Errorf("refund: %w", err), "spends", len(spends))
+	}
+}

@@ -1,0 +1,205 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/policy"
+)
+
+// The guard's counters on Postgres (job.AtomicSpender): every budget
+// window and tool limit is a row of guard_counters holding its count and
+// limit, with CHECK (used <= lim); every tenant's rate limit bucket a row
+// of guard_rates with CHECK (tokens >= 0). A job's insert and its spends
+// are one statement: the spends upsert their rows (the row lock orders
+// concurrent spenders, across replicas), and a spend past a limit
+// violates the CHECK, which aborts the whole statement, the job's insert
+// with it. Only a refusal costs a second round trip, to read what the
+// counters hold for the refusal's reason.
+
+const (
+	guardCountersCheck = "guard_counters_within_limit"
+	guardRatesCheck    = "guard_rates_has_token"
+)
+
+// pgGuardMigration is migration 5: the guard's counters.
+const pgGuardMigration = `CREATE TABLE guard_counters (
+		tenant       TEXT   NOT NULL,
+		session_id   TEXT   NOT NULL,
+		key          TEXT   NOT NULL,
+		window_ns    BIGINT NOT NULL,
+		window_start BIGINT NOT NULL,
+		used         BIGINT NOT NULL,
+		lim          BIGINT NOT NULL,
+		PRIMARY KEY (tenant, session_id, key, window_ns, window_start),
+		CONSTRAINT ` + guardCountersCheck + ` CHECK (used <= lim)
+	);
+	CREATE TABLE guard_rates (
+		tenant  TEXT             PRIMARY KEY,
+		tokens  DOUBLE PRECISION NOT NULL,
+		last_ns BIGINT           NOT NULL,
+		CONSTRAINT ` + guardRatesCheck + ` CHECK (tokens >= 0)
+	);`
+
+// spendArrays are a charge's spends as the statement's array parameters.
+type spendArrays struct {
+	tenant, session, key []string
+	window, start, units []int64
+	limit                []int64
+}
+
+func toSpendArrays(spends []policy.Spend) spendArrays {
+	var a spendArrays
+	for _, s := range spends {
+		a.tenant = append(a.tenant, s.Tenant)
+		a.session = append(a.session, s.Session)
+		a.key = append(a.key, s.Key)
+		a.window = append(a.window, int64(s.Window))
+		var start int64
+		if s.Window > 0 {
+			start = s.WindowStart.UnixNano()
+		}
+		a.start = append(a.start, start)
+		a.units = append(a.units, s.Units)
+		a.limit = append(a.limit, s.Limit)
+	}
+	if a.tenant == nil { // empty arrays, not NULL
+		a.tenant, a.session, a.key = []string{}, []string{}, []string{}
+		a.window, a.start, a.units, a.limit = []int64{}, []int64{}, []int64{}, []int64{}
+	}
+	return a
+}
+
+const spendUnnest = `unnest($25::text[], $26::text[], $27::text[], $28::bigint[], $29::bigint[], $30::bigint[], $31::bigint[])
+	AS u(tenant, session_id, key, window_ns, window_start, units, lim)`
+
+// CreateSpending implements job.AtomicSpender.
+func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge, capacity int) error {
+	r, err := toRow(j)
+	if err != nil {
+		return fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	cond := `true`
+	tail := `SELECT 1 FROM ins`
+	if capacity > 0 {
+		cond = `(SELECT count(*) FROM jobs WHERE state = 'queued') < $24`
+		tail = `SELECT pg_notify('` + jobsChannel + `', '') FROM ins`
+	} else {
+		cond = `$24::integer = 0`
+	}
+	a := toSpendArrays(c.Spend)
+	var rateTenant *string
+	var rate, burst float64
+	if c.Rate != nil {
+		rateTenant, rate, burst = &c.Rate.Tenant, c.Rate.Rate, c.Rate.Burst
+	}
+	q := `WITH spent AS (INSERT INTO guard_counters (tenant, session_id, key, window_ns, window_start, used, lim)
+			SELECT tenant, session_id, key, window_ns, window_start, units, lim FROM ` + spendUnnest + ` WHERE ` + cond + `
+			ON CONFLICT (tenant, session_id, key, window_ns, window_start)
+			DO UPDATE SET used = guard_counters.used + EXCLUDED.used, lim = EXCLUDED.lim
+			RETURNING 1),
+		rate AS (INSERT INTO guard_rates (tenant, tokens, last_ns)
+			SELECT $32::text, $34::float8 - 1, ` + dbNow + ` WHERE $32::text IS NOT NULL AND ` + cond + `
+			ON CONFLICT (tenant) DO UPDATE SET
+				tokens = LEAST($34::float8, guard_rates.tokens + GREATEST(0, EXCLUDED.last_ns - guard_rates.last_ns)::float8 / 1e9 * $33::float8) - 1,
+				last_ns = GREATEST(guard_rates.last_ns, EXCLUDED.last_ns)
+			RETURNING 1),
+		ins AS (INSERT INTO jobs (` + jobColumns + `)
+			SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text,
+				$9::text, $10::text, $11::text, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16::text,
+				$17::text, $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text
+			WHERE ` + cond + `
+			RETURNING id)
+		` + tail
+	n := 0
+	for try := 0; ; try++ {
+		var rows pgx.Rows
+		rows, err = s.pool.Query(ctx, q,
+			r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
+			r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
+			r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity,
+			a.tenant, a.session, a.key, a.window, a.start, a.units, a.limit,
+			rateTenant, rate, burst)
+		n = 0
+		if err == nil {
+			for rows.Next() {
+				n++
+			}
+			rows.Close()
+			err = rows.Err()
+		}
+		if pgCode(err) == "40P01" && try < 2 { // deadlock between spenders: the statement was rolled back
+			continue
+		}
+		break
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23514" && (pe.ConstraintName == guardCountersCheck || pe.ConstraintName == guardRatesCheck) {
+		return s.refusal(ctx, j.ID, a, c.Rate)
+	}
+	if pgUnique(err) {
+		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
+	}
+	if err != nil {
+		return pgErr("create job "+j.ID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("enqueue job %s: %w (%d queued across replicas)", j.ID, job.ErrQueueFull, capacity)
+	}
+	return nil
+}
+
+// refusal reads what the counters of a refused charge hold.
+func (s *Postgres) refusal(ctx context.Context, id string, a spendArrays, rc *policy.RateCharge) error {
+	sp := policy.Spent{Used: make([]int64, len(a.tenant)), Tokens: 1}
+	var rateTenant *string
+	var rate, burst float64
+	if rc != nil {
+		rateTenant, rate, burst = &rc.Tenant, rc.Rate, rc.Burst
+	}
+	var used []int64
+	var now int64
+	err := s.pool.QueryRow(ctx, `SELECT
+			COALESCE((SELECT array_agg(COALESCE(g.used, 0) ORDER BY u.o)
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) WITH ORDINALITY AS u(tenant, session_id, key, window_ns, window_start, o)
+				LEFT JOIN guard_counters g USING (tenant, session_id, key, window_ns, window_start)), '{}'),
+			COALESCE((SELECT LEAST($8::float8, tokens + GREATEST(0, `+dbNow+` - last_ns)::float8 / 1e9 * $7::float8)
+				FROM guard_rates WHERE tenant = $6::text), $8::float8),
+			`+dbNow,
+		a.tenant, a.session, a.key, a.window, a.start, rateTenant, rate, burst).Scan(&used, &sp.Tokens, &now)
+	if err != nil {
+		return pgErr("create job "+id+": read the guard's counters", err)
+	}
+	copy(sp.Used, used)
+	if rc == nil {
+		sp.Tokens = 1
+	}
+	sp.Now = time.Unix(0, now).UTC()
+	return fmt.Errorf("create job %s: %w", id, &job.SpendRefused{Spent: sp})
+}
+
+// RefundSpends implements job.AtomicSpender.
+func (s *Postgres) RefundSpends(ctx context.Context, spends []policy.Spend) error {
+	if len(spends) == 0 {
+		return nil
+	}
+	a := toSpendArrays(spends)
+	_, err := s.pool.Exec(ctx, `UPDATE guard_counters g SET used = GREATEST(0, g.used - u.units)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[]) AS u(tenant, session_id, key, window_ns, window_start, units)
+		WHERE g.tenant = u.tenant AND g.session_id = u.session_id AND g.key = u.key
+			AND g.window_ns = u.window_ns AND g.window_start = u.window_start`,
+		a.tenant, a.session, a.key, a.window, a.start, a.units)
+	return pgErr("refund guard spends", err)
+}
+
+// pruneGuardCounters deletes the counters of budget windows that ended.
+func pruneGuardCounters(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `DELETE FROM guard_counters WHERE window_ns > 0 AND window_start + window_ns < `+dbNow)
+	return err
+}

@@ -1,0 +1,70 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/policy"
+	"github.com/sandboxd/sandboxd/store/pgtest"
+)
+
+// 200 inserts through three stores (three replicas' pools) race for the
+// last 10 units of a budget: exactly 10 jobs are written, the refused
+// ones write nothing, and a refund gives a unit back.
+func TestCreateSpendingRacers(t *testing.T) {
+	url := pgtest.Shared(t).NewDatabase(t)
+	stores := []*Postgres{openPG(t, url), openPG(t, url), openPG(t, url)}
+	start := time.Unix(0, 0).UTC()
+	sp := policy.Spend{Tenant: "acme", Key: "effect:exec", Window: time.Hour, WindowStart: start.Add(time.Duration(time.Now().UnixNano() / int64(time.Hour) * int64(time.Hour))), Units: 1, Limit: 10}
+	var ok, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			j := &job.Job{ID: fmt.Sprintf("job_%03d", i), Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued,
+				CreatedAt: time.Now().UTC(), Guard: &job.GuardRecord{Outcome: policy.OutcomeAllow, Spend: []policy.Spend{sp}}}
+			err := stores[i%3].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0)
+			var r *job.SpendRefused
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.As(err, &r):
+				refused.Add(1)
+				if len(r.Spent.Used) != 1 || r.Spent.Used[0] != 10 {
+					t.Errorf("refusal found %+v, want used [10]", r.Spent)
+				}
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != 10 || refused.Load() != 190 {
+		t.Fatalf("written %d, refused %d; want 10 and 190", ok.Load(), refused.Load())
+	}
+	var n int
+	if err := stores[0].pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs`).Scan(&n); err != nil || n != 10 {
+		t.Fatalf("%d jobs stored (%v), want 10", n, err)
+	}
+	if err := stores[1].RefundSpends(t.Context(), []policy.Spend{sp}); err != nil {
+		t.Fatal(err)
+	}
+	j := &job.Job{ID: "job_after_refund", Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued, CreatedAt: time.Now().UTC(),
+		Guard: &job.GuardRecord{Outcome: policy.OutcomeAllow, Spend: []policy.Spend{sp}}}
+	if err := stores[2].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0); err != nil {
+		t.Fatalf("after a refund: %v", err)
+	}
+	// A rate limit of burst 2: the third call in a row is refused.
+	for i := range 3 {
+		j := &job.Job{ID: fmt.Sprintf("job_rate_%d", i), Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued, CreatedAt: time.Now().UTC()}
+		err := stores[i%3].CreateSpending(t.Context(), j, job.Charge{Rate: &policy.RateCharge{Tenant: "acme", Rate: 0.001, Burst: 2}}, 0)
+		var r *job.SpendRefused
+		if (i < 2) != (err == nil) || (i == 2 && (!errors.As(err, &r) || r.Spent.Tokens >= 1)) {
+			t.Fatalf("rate call %d: %v", i, err)
+		}
+	}
+}
