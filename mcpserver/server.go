@@ -77,9 +77,9 @@ type Server struct {
 	sdkLog *slog.Logger // the SDK's: warnings and errors only
 
 	mu       sync.Mutex
-	handlers map[string]*mcp.StreamableHTTPHandler // by tenant
-	ending   int                                   // sandboxd sessions being closed (end)
-	ended    *sync.Cond                            // on mu: ending went down
+	handlers map[string]http.Handler // by tenant
+	ending   int                     // sandboxd sessions being closed (end)
+	ended    *sync.Cond              // on mu: ending went down
 }
 
 // New returns a server over b.
@@ -94,7 +94,7 @@ func New(b Backend, opts Options) *Server {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	srv := &Server{b: b, opts: opts, log: opts.Logger, sdkLog: slog.New(warnAndAbove{opts.Logger.Handler()}),
-		handlers: map[string]*mcp.StreamableHTTPHandler{}}
+		handlers: map[string]http.Handler{}}
 	srv.ended = sync.NewCond(&srv.mu)
 	return srv
 }
@@ -130,11 +130,42 @@ func (s *Server) HandlerFor(tenant string) http.Handler {
 	defer s.mu.Unlock()
 	h := s.handlers[tenant]
 	if h == nil {
-		h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.newMCPServer(tenant) },
-			&mcp.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: s.sdkLog})
+		h = s.newHandler(tenant)
 		s.handlers[tenant] = h
 	}
 	return h
+}
+
+// newServerKey carries, in a request's context, the mcp.Server made for
+// the session that request may start.
+type newServerKey struct{}
+
+// newHandler is one tenant's Streamable HTTP handler. The SDK asks for a
+// server on every request (ServeHTTP reads the protocol versions it
+// supports from one) but uses it only for a request that starts a session,
+// one without an Mcp-Session-Id. Making a server (every tool added, each
+// schema re-marshalled and checked by the SDK) cost most of the MCP
+// layer's time per call, so a per-session server is made only for such a
+// request, once (the SDK asks twice), and a request of an existing session
+// gets a shared one, made once, whose only use is its protocol versions.
+func (s *Server) newHandler(tenant string) http.Handler {
+	var (
+		once  sync.Once
+		proto *mcp.Server
+	)
+	sdk := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		if srv, ok := r.Context().Value(newServerKey{}).(*mcp.Server); ok {
+			return srv
+		}
+		once.Do(func() { proto = mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Version: s.opts.Version}, nil) })
+		return proto
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: s.sdkLog})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			r = r.WithContext(context.WithValue(r.Context(), newServerKey{}, s.newMCPServer(tenant)))
+		}
+		sdk.ServeHTTP(w, r)
+	})
 }
 
 // ServeStdio serves one MCP session for tenant on r/w (newline-delimited
@@ -182,10 +213,10 @@ func (s *Server) newMCPServer(tenant string) *mcp.Server {
 			s.log.Warn("tool left out of MCP: its input schema is not an object schema", "tool", t.Name)
 			continue
 		}
-		tool := t
+		tool, structured := t, mt.OutputSchema != nil
 		c.srv.AddTool(mt, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			c.watch(req.Session)
-			return c.call(ctx, req, tool), nil
+			return c.call(ctx, req, tool, structured), nil
 		})
 	}
 	return c.srv
@@ -298,7 +329,9 @@ func (c *conn) forget(id string) {
 }
 
 // call runs one tools/call as a job and answers its result.
-func (c *conn) call(ctx context.Context, req *mcp.CallToolRequest, t *tools.Tool) *mcp.CallToolResult {
+// structured: the tool has an object output schema (its results also
+// answer structuredContent).
+func (c *conn) call(ctx context.Context, req *mcp.CallToolRequest, t *tools.Tool, structured bool) *mcp.CallToolResult {
 	args := req.Params.Arguments
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
@@ -344,7 +377,7 @@ func (c *conn) call(ctx context.Context, req *mcp.CallToolRequest, t *tools.Tool
 	if werr != nil {
 		return errorResult(describe(werr))
 	}
-	return c.result(ctx, t, done, note)
+	return c.result(ctx, done, note, structured)
 }
 
 // progress sends notifications/progress for the job's events while it
@@ -407,7 +440,7 @@ func parseArtifactURI(uri string) (jobID, name string, ok bool) {
 }
 
 // result turns a terminal job into the MCP answer.
-func (c *conn) result(ctx context.Context, t *tools.Tool, j *job.Job, note string) *mcp.CallToolResult {
+func (c *conn) result(ctx context.Context, j *job.Job, note string, structured bool) *mcp.CallToolResult {
 	res := j.Result
 	if res == nil {
 		res = &tools.Result{Error: fmt.Sprintf("the job ended %s/%s without a result", j.State, j.Reason)}
@@ -425,7 +458,7 @@ func (c *conn) result(ctx context.Context, t *tools.Tool, j *job.Job, note strin
 		}
 	}
 	out := &mcp.CallToolResult{IsError: !ok, Content: []mcp.Content{&mcp.TextContent{Text: note + text}}}
-	if _, schema := tools.MCPSchemas(t); ok && schema != nil {
+	if ok && structured {
 		var v map[string]any
 		if json.Unmarshal([]byte(res.Content), &v) == nil {
 			out.StructuredContent = v

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,9 +31,11 @@ type fakeBackend struct {
 	cancelled []string
 	answer    func(req job.SubmitRequest) (*job.Job, error)
 	block     bool
+
+	registryCalls atomic.Int32 // one per mcp.Server made (newMCPServer)
 }
 
-func (f *fakeBackend) Registry() *tools.Registry { return f.reg }
+func (f *fakeBackend) Registry() *tools.Registry { f.registryCalls.Add(1); return f.reg }
 
 func (f *fakeBackend) Submit(_ context.Context, tenant string, req job.SubmitRequest) (*job.Job, bool, error) {
 	f.mu.Lock()
@@ -223,6 +227,48 @@ func TestSessionPerMCPSession(t *testing.T) {
 	}
 	if want := "calc@ repl@ses_a repl@ses_a fetch@"; strings.Join(in, " ") != want {
 		t.Fatalf("calls %q, want %q", strings.Join(in, " "), want)
+	}
+}
+
+// TestHTTPServerPerSession: over Streamable HTTP an mcp.Server (every
+// tool added) is made once per MCP session, not per request, and each
+// session still has its own sandboxd session.
+func TestHTTPServerPerSession(t *testing.T) {
+	f := newFake(t)
+	f.answer = func(job.SubmitRequest) (*job.Job, error) {
+		return &job.Job{State: job.StateSucceeded, Result: &tools.Result{OK: true, Content: `{"v":3}`}}, nil
+	}
+	hs := httptest.NewServer(New(f, Options{}).HandlerFor("acme"))
+	defer hs.Close()
+	ctx := context.Background()
+	for range 2 {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(ctx,
+			&mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made := f.registryCalls.Load() // the SDK's client tries server/discover first: a server for it too
+		for _, name := range []string{"calc", "repl", "repl", "calc"} {
+			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: map[string]any{}})
+			if err != nil || r.IsError {
+				t.Fatalf("%s: %v %+v", name, err, r)
+			}
+			if name == "calc" && r.StructuredContent == nil {
+				t.Errorf("calc: no structured content")
+			}
+		}
+		if _, err := cs.ListTools(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.registryCalls.Load(); n != made {
+			t.Errorf("%d servers made by 5 requests of an MCP session, want none", n-made)
+		}
+		cs.Close()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.created) != 2 || f.created[0] == f.created[1] {
+		t.Errorf("sandboxd sessions created %v, want two different", f.created)
 	}
 }
 

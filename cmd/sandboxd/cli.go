@@ -169,6 +169,7 @@ func cmdServe(ctx context.Context, args []string, e env) int {
 		})
 	}
 	fs.StringVar(&fl.Config, "config", "", "YAML config file (env SANDBOXD_CONFIG)")
+	fs.BoolVar(&debugPprof, "debug-pprof", false, "serve Go's profiler (net/http/pprof) at /debug/pprof/ on the metrics listener; for profiling only, not for production")
 	fs.StringVar(&fl.Runtime, "runtime", "", "OCI runtime of the docker or containerd runner: runc, or runsc for gVisor (config runner.docker.runtime / runner.containerd.runtime; default: the daemon's default / runc)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage())

@@ -7,12 +7,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sandboxd/sandboxd/internal/netclass"
 )
+
+// debugPprof (serve --debug-pprof) adds Go's profiler to the metrics
+// listener, to find where a call's time and the daemon's CPU go.
+var debugPprof bool
 
 // serveMetrics serves GET /metrics of g on its own listener at addr
 // (metrics_addr), apart from the API and without authentication, as
@@ -26,6 +31,13 @@ func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, prote
 	protected.AddListener("metrics", ln.Addr())
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	if debugPprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
