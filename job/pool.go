@@ -167,12 +167,7 @@ func (p *pool) takeCounting(k poolKey, countMiss bool) (ps pooledSandbox, ok, po
 		p.s.m.poolMisses.Inc()
 		p.grow(k)
 	}
-	// A one-shot job's hit refills when the job has run (its release):
-	// creating a container then would compete with the job's own exec
-	// for this machine's CPU.
-	if !ok || !countMiss {
-		p.refill(k)
-	}
+	p.refill(k)
 	return ps, ok, true
 }
 
@@ -462,10 +457,7 @@ func (p *pool) stop() {
 // another job.
 func (s *Service) oneShotSandbox(ctx context.Context, spec runner.SandboxSpec) (runner.Sandbox, func(), error) {
 	if ps, ok, _ := s.pool.take(keyOf(spec)); ok {
-		k := keyOf(spec)
-		// The refill starts once the job has run, before the used sandbox
-		// is destroyed (and again after, if the cap held it back).
-		return ps.sb, func() { s.pool.refill(k); s.pool.destroy(ps); s.pool.refillAll() }, nil
+		return ps.sb, func() { s.pool.destroy(ps); s.pool.refillAll() }, nil
 	}
 	var ws *workspace.Workspace
 	if spec.Isolation.Workspace != runner.WorkspaceNone {

@@ -80,6 +80,16 @@ fi
 
 echo "== integration tests"
 go test -tags integration -count=1 -timeout 45m -v ./integration/ 2>&1 | tee /tmp/sandboxd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' || true
-grep -qE '^(FAIL|panic)' /tmp/sandboxd-integration.log && { tail -60 /tmp/sandboxd-integration.log; exit 1; }
-grep -q '^ok' /tmp/sandboxd-integration.log || { tail -60 /tmp/sandboxd-integration.log; exit 1; }
+# On failure, the filter above has hidden the messages: print each
+# failing test's name and the file:line messages tests wrote (t.Error,
+# t.Fatal, t.Log), then the log's end (a panic or a timeout's stacks).
+integration_failed() {
+	echo "== integration failures (full log: /tmp/sandboxd-integration.log)"
+	grep -E '^[[:space:]]*--- FAIL|^[[:space:]]+[A-Za-z0-9_./-]+_test\.go:[0-9]+: ' /tmp/sandboxd-integration.log | tail -200
+	echo "== end of the log"
+	tail -60 /tmp/sandboxd-integration.log
+	exit 1
+}
+grep -qE '^(FAIL|panic)' /tmp/sandboxd-integration.log && integration_failed
+grep -q '^ok' /tmp/sandboxd-integration.log || integration_failed
 echo "== all tests passed"

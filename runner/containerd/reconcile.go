@@ -24,15 +24,9 @@ const managedFilter = `labels."` + hostside.LabelManaged + `"==true`
 // namespace pins) no open sandbox holds and those of dead instances
 // (hostside.StateRoot.Reap).
 func (r *Runner) Reap(ctx context.Context) (int, error) {
-	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
-	defer cancel()
-	list, err := r.c.ContainerService().List(cctx, managedFilter)
+	found, err := r.managed(ctx)
 	if err != nil {
-		return 0, r.wrap("list containers", err)
-	}
-	found := make([]hostside.Found, 0, len(list))
-	for _, c := range list {
-		found = append(found, hostside.Found{ID: c.ID, Labels: c.Labels, Created: c.CreatedAt})
+		return 0, err
 	}
 	reaped, live, err := r.host.ReapFound(ctx, found, r.remove)
 	return reaped, errors.Join(err, r.reapSnapshots(ctx), r.host.ReapStateDirs(live, removeStateDir))
@@ -42,17 +36,26 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 // with replica (hostside.LabelReplica) in the runner's namespace,
 // wherever that replica ran.
 func (r *Runner) ReapReplica(ctx context.Context, replica string) (int, error) {
+	found, err := r.managed(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return r.host.ReapReplica(ctx, replica, found, r.remove)
+}
+
+// managed lists the sandboxd-managed containers of the runner's namespace.
+func (r *Runner) managed(ctx context.Context) ([]hostside.Found, error) {
 	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
 	list, err := r.c.ContainerService().List(cctx, managedFilter)
 	if err != nil {
-		return 0, r.wrap("list containers", err)
+		return nil, r.wrap("list containers", err)
 	}
 	found := make([]hostside.Found, 0, len(list))
 	for _, c := range list {
 		found = append(found, hostside.Found{ID: c.ID, Labels: c.Labels, Created: c.CreatedAt})
 	}
-	return r.host.ReapReplica(ctx, replica, found, r.remove)
+	return found, nil
 }
 
 // remove kills and deletes a container's task, then the container and its

@@ -69,6 +69,30 @@ func procStart(pid int) string {
 // returns how many it destroyed. Sandboxes of another live process sharing
 // the StateDir are left alone.
 func (r *Runner) Reap(ctx context.Context) (int, error) {
+	return r.reapDirs(ctx, func(own owner, recorded bool) bool {
+		if !recorded {
+			return true // a crash between mkdir and the record: nothing else exists
+		}
+		// Not while another live runner process owns it.
+		return own.PID == 0 || own.PID == os.Getpid() || own.Start == "" || procStart(own.PID) != own.Start
+	})
+}
+
+// ReapReplica implements runner.ReplicaReaper: the sandboxes in StateDir
+// whose record names replica, whether their runner process lives or not
+// (the replica lost its lease: its cgroup's destruction kills its
+// processes), except those open in this process.
+func (r *Runner) ReapReplica(ctx context.Context, replica string) (int, error) {
+	if replica == "" {
+		return 0, nil
+	}
+	return r.reapDirs(ctx, func(own owner, recorded bool) bool { return recorded && own.Replica == replica })
+}
+
+// reapDirs destroys the sandboxes in StateDir that no open Sandbox of this
+// process holds and that reap accepts, given their owner record (recorded
+// false: none readable, own names only the cgroup).
+func (r *Runner) reapDirs(ctx context.Context, reap func(own owner, recorded bool) bool) (int, error) {
 	entries, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
 		return 0, fmt.Errorf("reap: %w", err)
@@ -94,53 +118,13 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 		if err == nil {
 			err = json.Unmarshal(b, &own)
 		}
-		if err != nil {
-			// A crash between mkdir and the record: nothing else exists.
+		recorded := err == nil
+		if !recorded {
 			own = owner{Cgroup: filepath.Join(r.cfg.CgroupParent, e.Name())}
 		}
-		if own.PID != 0 && own.PID != os.Getpid() && own.Start != "" && procStart(own.PID) == own.Start {
-			continue // another live runner process owns it
-		}
-		if err := r.destroy(dir, own); err != nil {
-			errs = append(errs, err)
+		if !reap(own, recorded) {
 			continue
 		}
-		n++
-	}
-	return n, errors.Join(errs...)
-}
-
-// ReapReplica implements runner.ReplicaReaper: the sandboxes in StateDir
-// whose record names replica, whether their runner process lives or not
-// (the replica lost its lease), except those open in this process.
-func (r *Runner) ReapReplica(ctx context.Context, replica string) (int, error) {
-	entries, err := os.ReadDir(r.cfg.StateDir)
-	if err != nil || replica == "" {
-		return 0, err
-	}
-	n := 0
-	var errs []error
-	for _, e := range entries {
-		if ctx.Err() != nil {
-			return n, ctx.Err()
-		}
-		if !e.IsDir() || !hostside.ValidID(e.Name()) {
-			continue
-		}
-		r.mu.Lock()
-		_, live := r.live[e.Name()]
-		r.mu.Unlock()
-		if live {
-			continue
-		}
-		dir := filepath.Join(r.cfg.StateDir, e.Name())
-		var own owner
-		b, err := os.ReadFile(filepath.Join(dir, "owner.json"))
-		if err != nil || json.Unmarshal(b, &own) != nil || own.Replica != replica {
-			continue
-		}
-		// Its cgroup's destruction kills its processes, whether the
-		// replica that made it lives (paused past its lease) or not.
 		if err := r.destroy(dir, own); err != nil {
 			errs = append(errs, err)
 			continue
