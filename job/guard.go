@@ -32,9 +32,13 @@ func (s *Service) decide(j *Job, tool *tools.Tool, now time.Time) (*GuardRecord,
 		return nil, policy.Decision{Outcome: policy.OutcomeAllow}
 	}
 	req := policy.Request{Tenant: j.Tenant, Session: j.SessionID, Tool: tool.Name, Effects: tool.Effects}
-	if s.atomic != nil { // the store spends (guard_shared.go)
+	if s.atomic != nil { // the store spends at the insert (guard_shared.go)
 		d := s.cfg.Guard.Plan(req)
-		return s.record(j, d, now), d
+		g := s.record(j, d, now)
+		if g != nil {
+			g.Spend = nil // set once spent (insertJob)
+		}
+		return g, d
 	}
 	d := s.cfg.Guard.Decide(req)
 	return s.record(j, d, now), d
@@ -130,7 +134,7 @@ func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, a
 		s.refund(j)
 		return nil, false, fmt.Errorf("submit: %w", err)
 	}
-	if err := s.insertJob(ctx, j, d, 0); err != nil {
+	if err := s.insertJob(ctx, j, s.planCharge(d, req.Decision != nil), 0); err != nil {
 		if r, ok := asRefused(err); ok { // nothing was spent or written
 			e.mu.Unlock()
 			s.unregister(j.ID)

@@ -38,6 +38,13 @@ type AtomicSpender interface {
 	// in the store, ErrQueueFull otherwise, and the replicas are
 	// notified); capacity 0 like Store.Create.
 	CreateSpending(ctx context.Context, j *Job, c Charge, capacity int) error
+	// Spend spends c without a job (the guard's decisions of a tool-call
+	// batch, reserved before its calls are submitted; a cache hit's rate
+	// limit token): a *SpendRefused when over, nothing spent then.
+	Spend(ctx context.Context, c Charge) error
+	// CheckSpend reads c's counters: a *SpendRefused when they would
+	// refuse c now, nil when they would not (a read: nothing spent).
+	CheckSpend(ctx context.Context, c Charge) error
 	// RefundSpends gives back units spent by CreateSpending for a job
 	// that never ran (never below zero; spends of ended windows are
 	// ignored).
@@ -53,40 +60,62 @@ func (e *SpendRefused) Error() string {
 	return "the guard's budgets, tool limits or rate limit refuse the call"
 }
 
-// charge is what inserting j spends (a plan's units; nothing for a
-// decision the in-memory guard reserved, or a refunded one).
-func charge(j *Job, d policy.Decision) Charge {
-	if j.Guard == nil || j.Guard.Refunded {
+// planCharge is what a plan from policy.Guard.Plan spends (empty on the
+// in-memory guard, whose Decide reserved in memory, and for a decision
+// reserved already: DecideBatch's, given to Submit).
+func (s *Service) planCharge(d policy.Decision, reserved bool) Charge {
+	if s.atomic == nil || reserved || d.Outcome == policy.OutcomeDeny {
 		return Charge{}
 	}
-	return Charge{Spend: j.Guard.Spend, Rate: d.Rate}
+	return Charge{Spend: d.Spend, Rate: d.Rate}
 }
 
-// insertJob records a new job: with a shared guard and something to
-// spend, in the same statement as the spend; capacity as in
+// insertJob records a new job: with a charge to spend (a shared guard's
+// plan), in the same statement as the spend; capacity as in
 // AtomicSpender.CreateSpending (0: Store.Create; > 0: the shared queue).
-func (s *Service) insertJob(ctx context.Context, j *Job, d policy.Decision, capacity int) error {
-	if a := s.atomic; a != nil {
-		if c := charge(j, d); !c.empty() {
-			if capacity > 0 && s.rep != nil && s.rep.lost.Load() {
-				return fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
-			}
-			err := a.CreateSpending(ctx, j, c, capacity)
-			if err != nil {
-				// One statement: nothing was spent, so nothing to refund.
-				j.Guard.Refunded = true
-				return err
-			}
-			if capacity > 0 && s.rep != nil {
-				s.rep.poke()
-			}
-			return nil
+// The job's GuardRecord.Spend is the charge's once spent, and nil when
+// the insert failed (then nothing was spent: nothing to refund).
+func (s *Service) insertJob(ctx context.Context, j *Job, c Charge, capacity int) error {
+	if a := s.atomic; a != nil && !c.empty() && j.Guard != nil {
+		if capacity > 0 && s.rep != nil && s.rep.lost.Load() {
+			return fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
 		}
+		j.Guard.Spend = c.Spend // recorded with the row: a refund anywhere gives these back
+		if err := a.CreateSpending(ctx, j, c, capacity); err != nil {
+			j.Guard.Spend = nil // one statement: nothing was spent
+			return err
+		}
+		if capacity > 0 && s.rep != nil {
+			s.rep.poke()
+		}
+		return nil
 	}
 	if capacity > 0 {
 		return s.enqueueShared(ctx, j)
 	}
 	return s.st.Create(ctx, j)
+}
+
+// spendNow spends c without a job's insert (shared guard only); a refusal
+// is the deny Decide would have returned, and a store that cannot count
+// refuses too (retry), never lets the call through uncounted.
+func (s *Service) spendNow(ctx context.Context, req policy.Request, plan policy.Decision, c Charge) (policy.Decision, bool) {
+	if c.empty() {
+		return plan, true
+	}
+	err := s.atomic.Spend(ctx, c)
+	if err == nil {
+		return plan, true
+	}
+	if r, ok := asRefused(err); ok {
+		if r.Spent.Now.IsZero() {
+			r.Spent.Now = time.Now()
+		}
+		return s.cfg.Guard.Refusal(req, plan, r.Spent), false
+	}
+	s.log.Error("spend guard units", "err", err, "tenant", req.Tenant, "tool", req.Tool)
+	return policy.Decision{Outcome: policy.OutcomeDeny, Code: policy.CodeRateLimited, Rule: plan.Rule, RetryAfter: time.Second,
+		Reason: "the guard's counters could not be updated (the store is unavailable); retry in 1s"}, false
 }
 
 // refusedBySpend turns a store's refusal into the guard's deny and

@@ -117,31 +117,14 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 			WHERE ` + cond + `
 			RETURNING id)
 		` + tail
-	n := 0
-	for try := 0; ; try++ {
-		var rows pgx.Rows
-		rows, err = s.pool.Query(ctx, q,
-			r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
-			r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-			r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity,
-			a.tenant, a.session, a.key, a.window, a.start, a.units, a.limit,
-			rateTenant, rate, burst)
-		n = 0
-		if err == nil {
-			for rows.Next() {
-				n++
-			}
-			rows.Close()
-			err = rows.Err()
-		}
-		if pgCode(err) == "40P01" && try < 2 { // deadlock between spenders: the statement was rolled back
-			continue
-		}
-		break
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23514" && (pe.ConstraintName == guardCountersCheck || pe.ConstraintName == guardRatesCheck) {
-		return s.refusal(ctx, j.ID, a, c.Rate)
+	n, err := s.spendQuery(ctx, q,
+		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
+		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
+		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity,
+		a.tenant, a.session, a.key, a.window, a.start, a.units, a.limit,
+		rateTenant, rate, burst)
+	if refused(err) {
+		return s.refusal(ctx, "create job "+j.ID, a, c.Rate)
 	}
 	if pgUnique(err) {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
@@ -155,8 +138,85 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 	return nil
 }
 
-// refusal reads what the counters of a refused charge hold.
-func (s *Postgres) refusal(ctx context.Context, id string, a spendArrays, rc *policy.RateCharge) error {
+// spendQuery runs a spending statement and counts its rows, again (up
+// to twice) when it deadlocked with another spender (Postgres rolled it
+// back: nothing was spent).
+func (s *Postgres) spendQuery(ctx context.Context, q string, args ...any) (int, error) {
+	for try := 0; ; try++ {
+		rows, err := s.pool.Query(ctx, q, args...)
+		n := 0
+		if err == nil {
+			for rows.Next() {
+				n++
+			}
+			rows.Close()
+			err = rows.Err()
+		}
+		if pgCode(err) == "40P01" && try < 2 {
+			continue
+		}
+		return n, err
+	}
+}
+
+// refused reports whether err is a spend past a limit (a CHECK of the
+// guard's tables).
+func refused(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23514" && (pe.ConstraintName == guardCountersCheck || pe.ConstraintName == guardRatesCheck)
+}
+
+// Spend implements job.AtomicSpender: c spent without a job's insert.
+func (s *Postgres) Spend(ctx context.Context, c job.Charge) error {
+	a := toSpendArrays(c.Spend)
+	var rateTenant *string
+	var rate, burst float64
+	if c.Rate != nil {
+		rateTenant, rate, burst = &c.Rate.Tenant, c.Rate.Rate, c.Rate.Burst
+	}
+	const q = `WITH spent AS (INSERT INTO guard_counters (tenant, session_id, key, window_ns, window_start, used, lim)
+			SELECT tenant, session_id, key, window_ns, window_start, units, lim
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
+				AS u(tenant, session_id, key, window_ns, window_start, units, lim)
+			ON CONFLICT (tenant, session_id, key, window_ns, window_start)
+			DO UPDATE SET used = guard_counters.used + EXCLUDED.used, lim = EXCLUDED.lim
+			RETURNING 1),
+		rate AS (INSERT INTO guard_rates (tenant, tokens, last_ns)
+			SELECT $8::text, $10::float8 - 1, ` + dbNow + ` WHERE $8::text IS NOT NULL
+			ON CONFLICT (tenant) DO UPDATE SET
+				tokens = LEAST($10::float8, guard_rates.tokens + GREATEST(0, EXCLUDED.last_ns - guard_rates.last_ns)::float8 / 1e9 * $9::float8) - 1,
+				last_ns = GREATEST(guard_rates.last_ns, EXCLUDED.last_ns)
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM spent) + (SELECT count(*) FROM rate)`
+	_, err := s.spendQuery(ctx, q, a.tenant, a.session, a.key, a.window, a.start, a.units, a.limit, rateTenant, rate, burst)
+	if refused(err) {
+		return s.refusal(ctx, "spend", a, c.Rate)
+	}
+	return pgErr("spend guard units", err)
+}
+
+// CheckSpend implements job.AtomicSpender: a read of c's counters.
+func (s *Postgres) CheckSpend(ctx context.Context, c job.Charge) error {
+	a := toSpendArrays(c.Spend)
+	err := s.refusal(ctx, "check spend", a, c.Rate)
+	var r *job.SpendRefused
+	if !errors.As(err, &r) {
+		return err
+	}
+	if c.Rate != nil && r.Spent.Tokens < 1 {
+		return err
+	}
+	for i, used := range r.Spent.Used {
+		if used+a.units[i] > a.limit[i] {
+			return err
+		}
+	}
+	return nil
+}
+
+// refusal reads what the counters of a refused charge hold; op names
+// the refused operation.
+func (s *Postgres) refusal(ctx context.Context, op string, a spendArrays, rc *policy.RateCharge) error {
 	sp := policy.Spent{Used: make([]int64, len(a.tenant)), Tokens: 1}
 	var rateTenant *string
 	var rate, burst float64
@@ -174,14 +234,14 @@ func (s *Postgres) refusal(ctx context.Context, id string, a spendArrays, rc *po
 			`+dbNow,
 		a.tenant, a.session, a.key, a.window, a.start, rateTenant, rate, burst).Scan(&used, &sp.Tokens, &now)
 	if err != nil {
-		return pgErr("create job "+id+": read the guard's counters", err)
+		return pgErr(op+": read the guard's counters", err)
 	}
 	copy(sp.Used, used)
 	if rc == nil {
 		sp.Tokens = 1
 	}
 	sp.Now = time.Unix(0, now).UTC()
-	return fmt.Errorf("create job %s: %w", id, &job.SpendRefused{Spent: sp})
+	return fmt.Errorf("%s: %w", op, &job.SpendRefused{Spent: sp})
 }
 
 // RefundSpends implements job.AtomicSpender.

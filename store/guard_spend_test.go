@@ -58,6 +58,29 @@ func TestCreateSpendingRacers(t *testing.T) {
 	if err := stores[2].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0); err != nil {
 		t.Fatalf("after a refund: %v", err)
 	}
+	// Full again: CheckSpend and Spend refuse, and Spend writes nothing.
+	if _, ok := errors.AsType[*job.SpendRefused](stores[0].CheckSpend(t.Context(), job.Charge{Spend: []policy.Spend{sp}})); !ok {
+		t.Fatal("CheckSpend of a full budget: not refused")
+	}
+	if _, ok := errors.AsType[*job.SpendRefused](stores[1].Spend(t.Context(), job.Charge{Spend: []policy.Spend{sp}})); !ok {
+		t.Fatal("Spend of a full budget: not refused")
+	}
+	if err := stores[2].RefundSpends(t.Context(), []policy.Spend{sp}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stores[0].CheckSpend(t.Context(), job.Charge{Spend: []policy.Spend{sp}}); err != nil {
+		t.Fatalf("CheckSpend with a unit left: %v", err)
+	}
+	if err := stores[1].Spend(t.Context(), job.Charge{Spend: []policy.Spend{sp}}); err != nil {
+		t.Fatalf("Spend of the last unit: %v", err)
+	}
+	if _, ok := errors.AsType[*job.SpendRefused](stores[2].Spend(t.Context(), job.Charge{Spend: []policy.Spend{sp}})); !ok {
+		t.Fatal("Spend past the limit: not refused")
+	}
+	var used int64
+	if err := stores[0].pool.QueryRow(t.Context(), `SELECT used FROM guard_counters`).Scan(&used); err != nil || used != 10 {
+		t.Fatalf("counter %d (%v), want 10", used, err)
+	}
 	// A rate limit of burst 2: the third call in a row is refused.
 	for i := range 3 {
 		j := &job.Job{ID: fmt.Sprintf("job_rate_%d", i), Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued, CreatedAt: time.Now().UTC()}
