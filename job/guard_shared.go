@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sandboxd/sandboxd/policy"
@@ -23,6 +24,10 @@ import (
 type Charge struct {
 	Spend []policy.Spend
 	Rate  *policy.RateCharge
+	// Counter is the plan's policy.Decision.Counter: which Spend each
+	// entry of the job's GuardRecord.Remaining reads, for the store to
+	// settle them as spent.
+	Counter []int
 }
 
 // empty reports whether the charge spends nothing.
@@ -41,7 +46,8 @@ type AtomicSpender interface {
 	// Spend spends c without a job (the guard's decisions of a tool-call
 	// batch, reserved before its calls are submitted; a cache hit's rate
 	// limit token): a *SpendRefused when over, nothing spent then.
-	Spend(ctx context.Context, c Charge) error
+	// used[i] is c.Spend[i]'s counter's count after the spend.
+	Spend(ctx context.Context, c Charge) (used []int64, err error)
 	// CheckSpend reads c's counters: a *SpendRefused when they would
 	// refuse c now, nil when they would not (a read: nothing spent).
 	CheckSpend(ctx context.Context, c Charge) error
@@ -67,7 +73,7 @@ func (s *Service) planCharge(d policy.Decision, reserved bool) Charge {
 	if s.atomic == nil || reserved || d.Outcome == policy.OutcomeDeny {
 		return Charge{}
 	}
-	return Charge{Spend: d.Spend, Rate: d.Rate}
+	return Charge{Spend: d.Spend, Rate: d.Rate, Counter: d.Counter}
 }
 
 // insertJob records a new job: with a charge to spend (a shared guard's
@@ -103,8 +109,10 @@ func (s *Service) spendNow(ctx context.Context, req policy.Request, plan policy.
 	if c.empty() {
 		return plan, true
 	}
-	err := s.atomic.Spend(ctx, c)
+	used, err := s.atomic.Spend(ctx, c)
 	if err == nil {
+		plan.Remaining = slices.Clone(plan.Remaining)
+		policy.Settle(&plan, used)
 		return plan, true
 	}
 	if r, ok := asRefused(err); ok {

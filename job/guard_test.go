@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -366,5 +367,55 @@ rate_limit:
 		if got, _ := h.svc.Get(t.Context(), "acme", j.ID); got.Guard == nil || got.Guard.RetryAt == nil || !got.Guard.RetryAt.Equal(*j.Guard.RetryAt) {
 			t.Fatalf("stored guard %+v", got.Guard)
 		}
+	})
+}
+
+// What remains after each allowed call is on the job, as returned and as
+// stored, the same on both stores: three budgets on one effect, two of
+// them on one counter (same window); a refused call reports what stands.
+func TestGuardRemaining(t *testing.T) {
+	bothStores(t, func(t *testing.T, store func() option) {
+		h := newHarness(t, store(), withPolicy(t, "acme", `
+budgets:
+  - effect: exec
+    limit: 3
+    per: 1h
+  - effect: exec
+    limit: 5
+    per: 24h
+  - effect: exec
+    limit: 4
+    per: 1h
+`))
+		check := func(what string, j *job.Job, want []int64) {
+			t.Helper()
+			var got []int64
+			if j.Guard != nil {
+				for _, r := range j.Guard.Remaining {
+					got = append(got, r.Remaining)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%s: %s/%s remaining %v, want %v", what, j.State, j.Reason, got, want)
+			}
+		}
+		for i, w := range [][]int64{{2, 4, 3}, {1, 3, 2}, {0, 2, 1}} {
+			j := h.submit(t, "acme", call("echo", `{"text":"x"}`))
+			check(fmt.Sprintf("call %d", i), j, w)
+			if j = h.wait(t, "acme", j.ID); j.State != job.StateSucceeded {
+				t.Fatalf("call %d: %s/%s", i, j.State, j.Reason)
+			}
+			check(fmt.Sprintf("call %d, finished", i), j, w)
+			stored, err := h.st.Get(t.Context(), j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(fmt.Sprintf("call %d, stored", i), stored, w)
+		}
+		j := h.submit(t, "acme", call("echo", `{"text":"x"}`))
+		if j.Reason != job.ReasonBudgetExhausted {
+			t.Fatalf("fourth call: %s/%s", j.State, j.Reason)
+		}
+		check("fourth call", j, []int64{0, 2, 1})
 	})
 }

@@ -76,6 +76,10 @@ type Decision struct {
 	// Rate is the rate limit token a Plan's call takes (nil: no rate
 	// limit, or a Decide, which took it in memory).
 	Rate *RateCharge
+	// Counter (a Plan's) is, for each entry of Remaining, the index in
+	// Spend of the counter it reads: its Remaining is its Limit minus
+	// that counter's count once spent (Settle).
+	Counter []int
 }
 
 // Allowed reports whether the call may run now (Outcome allow).

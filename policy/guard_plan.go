@@ -61,8 +61,10 @@ func (g *Guard) Plan(req Request) Decision {
 		id := counterID{session: b.session, key: b.key, window: time.Duration(b.per)}
 		if k, ok := idx[id]; ok {
 			d.Spend[k].Limit = min(d.Spend[k].Limit, b.limit)
+			d.Counter = append(d.Counter, k)
 			continue
 		}
+		d.Counter = append(d.Counter, len(d.Spend))
 		s := Spend{Tenant: t.name, Key: b.key, Window: time.Duration(b.per), WindowStart: time.Unix(0, start).UTC(), Units: 1, Limit: b.limit}
 		if b.session {
 			s.Session = req.Session
@@ -82,8 +84,10 @@ func (g *Guard) Plan(req Request) Decision {
 			id := counterID{session: true, key: l.key}
 			if k, ok := idx[id]; ok {
 				d.Spend[k].Limit = min(d.Spend[k].Limit, l.max)
+				d.Counter = append(d.Counter, k)
 				continue
 			}
+			d.Counter = append(d.Counter, len(d.Spend))
 			idx[id] = len(d.Spend)
 			d.Spend = append(d.Spend, Spend{Tenant: t.name, Session: req.Session, Key: l.key, Units: 1, Limit: l.max})
 		}
@@ -94,6 +98,16 @@ func (g *Guard) Plan(req Request) Decision {
 	}
 	t.count(label, d.Outcome)
 	return d
+}
+
+// Settle fills a plan's Remaining from the counts of its counters once
+// spent (used[i]: plan.Spend[i]'s count including this call).
+func Settle(plan *Decision, used []int64) {
+	for i, k := range plan.Counter {
+		if i < len(plan.Remaining) && k < len(used) {
+			plan.Remaining[i].Remaining = max(0, plan.Remaining[i].Limit-used[k])
+		}
+	}
 }
 
 // Spent is what the store found when it refused a plan: Used[i] is the

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -76,22 +77,49 @@ func toSpendArrays(spends []policy.Spend) spendArrays {
 	return a
 }
 
-const spendUnnest = `unnest($25::text[], $26::text[], $27::text[], $28::bigint[], $29::bigint[], $30::bigint[], $31::bigint[])
-	AS u(tenant, session_id, key, window_ns, window_start, units, lim)`
+// spendArgs are the unnest of a charge's spends in statement q's
+// parameters from $first, each with its ordinality o (1-based).
+func spendUnnest(first int) string {
+	p := func(k int, typ string) string { return fmt.Sprintf("$%d::%s[]", first+k, typ) }
+	return `u AS (SELECT * FROM unnest(` + p(0, "text") + `, ` + p(1, "text") + `, ` + p(2, "text") + `, ` +
+		p(3, "bigint") + `, ` + p(4, "bigint") + `, ` + p(5, "bigint") + `, ` + p(6, "bigint") + `)
+		WITH ORDINALITY AS u(tenant, session_id, key, window_ns, window_start, units, lim, o))`
+}
 
-// CreateSpending implements job.AtomicSpender.
+// spendCTEs spend u's units and rate's token where cond holds; rate's
+// parameters are $rate (tenant, NULL: no rate limit), $rate+1 (tokens per
+// second) and $rate+2 (burst). spent returns each counter's count after.
+func spendCTEs(cond string, rate int) string {
+	p := func(k int, typ string) string { return fmt.Sprintf("$%d::%s", rate+k, typ) }
+	return `spent AS (INSERT INTO guard_counters (tenant, session_id, key, window_ns, window_start, used, lim)
+			SELECT tenant, session_id, key, window_ns, window_start, units, lim FROM u WHERE ` + cond + `
+			ON CONFLICT (tenant, session_id, key, window_ns, window_start)
+			DO UPDATE SET used = guard_counters.used + EXCLUDED.used, lim = EXCLUDED.lim
+			RETURNING tenant, session_id, key, window_ns, window_start, used),
+		rate AS (INSERT INTO guard_rates (tenant, tokens, last_ns)
+			SELECT ` + p(0, "text") + `, ` + p(2, "float8") + ` - 1, ` + dbNow + ` WHERE ` + p(0, "text") + ` IS NOT NULL AND ` + cond + `
+			ON CONFLICT (tenant) DO UPDATE SET
+				tokens = LEAST(` + p(2, "float8") + `, guard_rates.tokens + GREATEST(0, EXCLUDED.last_ns - guard_rates.last_ns)::float8 / 1e9 * ` + p(1, "float8") + `) - 1,
+				last_ns = GREATEST(guard_rates.last_ns, EXCLUDED.last_ns)
+			RETURNING 1)`
+}
+
+// spentOf joins u's spends with their counts after (spent), by counter.
+const spentOf = `u LEFT JOIN spent s ON (s.tenant, s.session_id, s.key, s.window_ns, s.window_start) = (u.tenant, u.session_id, u.key, u.window_ns, u.window_start)`
+
+// CreateSpending implements job.AtomicSpender. The job's guard record is
+// stored with its Remaining settled from the counters as spent (the
+// charge's Counter), and j.Guard set to what was stored.
 func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge, capacity int) error {
 	r, err := toRow(j)
 	if err != nil {
 		return fmt.Errorf("create job %s: %w", j.ID, err)
 	}
-	cond := `true`
-	tail := `SELECT 1 FROM ins`
+	cond := `$24::integer = 0`
+	tail := `SELECT guard FROM ins`
 	if capacity > 0 {
 		cond = `(SELECT count(*) FROM jobs WHERE state = 'queued') < $24`
-		tail = `SELECT pg_notify('` + jobsChannel + `', '') FROM ins`
-	} else {
-		cond = `$24::integer = 0`
+		tail = `SELECT guard FROM ins, pg_notify('` + jobsChannel + `', '')`
 	}
 	a := toSpendArrays(c.Spend)
 	var rateTenant *string
@@ -99,30 +127,36 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 	if c.Rate != nil {
 		rateTenant, rate, burst = &c.Rate.Tenant, c.Rate.Rate, c.Rate.Burst
 	}
-	q := `WITH spent AS (INSERT INTO guard_counters (tenant, session_id, key, window_ns, window_start, used, lim)
-			SELECT tenant, session_id, key, window_ns, window_start, units, lim FROM ` + spendUnnest + ` WHERE ` + cond + `
-			ON CONFLICT (tenant, session_id, key, window_ns, window_start)
-			DO UPDATE SET used = guard_counters.used + EXCLUDED.used, lim = EXCLUDED.lim
-			RETURNING 1),
-		rate AS (INSERT INTO guard_rates (tenant, tokens, last_ns)
-			SELECT $32::text, $34::float8 - 1, ` + dbNow + ` WHERE $32::text IS NOT NULL AND ` + cond + `
-			ON CONFLICT (tenant) DO UPDATE SET
-				tokens = LEAST($34::float8, guard_rates.tokens + GREATEST(0, EXCLUDED.last_ns - guard_rates.last_ns)::float8 / 1e9 * $33::float8) - 1,
-				last_ns = GREATEST(guard_rates.last_ns, EXCLUDED.last_ns)
-			RETURNING 1),
+	counter := make([]int32, len(c.Counter))
+	for i, k := range c.Counter {
+		counter[i] = int32(k)
+	}
+	// settled is the guard record with each Remaining entry's remaining
+	// its limit minus its counter's count after the spend ($35: the
+	// entry's spend, 0-based).
+	q := `WITH ` + spendUnnest(25) + `, ` + spendCTEs(cond, 32) + `,
+		settled AS (SELECT CASE WHEN $17::text IS NULL OR cardinality($35::int[]) = 0 THEN $17::text
+			ELSE jsonb_set($17::jsonb, '{remaining}', COALESCE((SELECT jsonb_agg(
+					CASE WHEN x.used IS NULL THEN e.v
+					ELSE jsonb_set(e.v, '{remaining}', to_jsonb(GREATEST(0, (e.v->>'limit')::bigint - x.used))) END
+					ORDER BY e.o)
+				FROM jsonb_array_elements($17::jsonb->'remaining') WITH ORDINALITY AS e(v, o)
+				LEFT JOIN unnest($35::int[]) WITH ORDINALITY AS r(idx, o) ON r.o = e.o
+				LEFT JOIN (SELECT u.o, s.used FROM ` + spentOf + `) x ON x.o = r.idx + 1), '[]'::jsonb))::text END AS guard),
 		ins AS (INSERT INTO jobs (` + jobColumns + `)
 			SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text,
 				$9::text, $10::text, $11::text, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16::text,
-				$17::text, $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text
+				(SELECT guard FROM settled), $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text
 			WHERE ` + cond + `
-			RETURNING id)
+			RETURNING guard)
 		` + tail
-	n, err := s.spendQuery(ctx, q,
+	var guard *string
+	n, err := s.spendQuery(ctx, q, func(rows pgx.Rows) error { return rows.Scan(&guard) },
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
 		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity,
 		a.tenant, a.session, a.key, a.window, a.start, a.units, a.limit,
-		rateTenant, rate, burst)
+		rateTenant, rate, burst, counter)
 	if refused(err) {
 		return s.refusal(ctx, "create job "+j.ID, a, c.Rate)
 	}
@@ -135,22 +169,34 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 	if n == 0 {
 		return fmt.Errorf("enqueue job %s: %w (%d queued across replicas)", j.ID, job.ErrQueueFull, capacity)
 	}
+	if guard != nil && j.Guard != nil {
+		var g job.GuardRecord
+		if err := json.Unmarshal([]byte(*guard), &g); err != nil {
+			return fmt.Errorf("create job %s: the stored guard record: %w", j.ID, err)
+		}
+		j.Guard = &g
+	}
 	return nil
 }
 
-// spendQuery runs a spending statement and counts its rows, again (up
-// to twice) when it deadlocked with another spender (Postgres rolled it
-// back: nothing was spent).
-func (s *Postgres) spendQuery(ctx context.Context, q string, args ...any) (int, error) {
+// spendQuery runs a spending statement, scanning each row with scan, and
+// counts its rows; again (up to twice) when it deadlocked with another
+// spender (Postgres rolled it back: nothing was spent).
+func (s *Postgres) spendQuery(ctx context.Context, q string, scan func(pgx.Rows) error, args ...any) (int, error) {
 	for try := 0; ; try++ {
 		rows, err := s.pool.Query(ctx, q, args...)
 		n := 0
 		if err == nil {
 			for rows.Next() {
+				if err = scan(rows); err != nil {
+					break
+				}
 				n++
 			}
 			rows.Close()
-			err = rows.Err()
+			if err == nil {
+				err = rows.Err()
+			}
 		}
 		if pgCode(err) == "40P01" && try < 2 {
 			continue
@@ -166,33 +212,27 @@ func refused(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23514" && (pe.ConstraintName == guardCountersCheck || pe.ConstraintName == guardRatesCheck)
 }
 
-// Spend implements job.AtomicSpender: c spent without a job's insert.
-func (s *Postgres) Spend(ctx context.Context, c job.Charge) error {
+// Spend implements job.AtomicSpender.
+func (s *Postgres) Spend(ctx context.Context, c job.Charge) ([]int64, error) {
 	a := toSpendArrays(c.Spend)
 	var rateTenant *string
 	var rate, burst float64
 	if c.Rate != nil {
 		rateTenant, rate, burst = &c.Rate.Tenant, c.Rate.Rate, c.Rate.Burst
 	}
-	const q = `WITH spent AS (INSERT INTO guard_counters (tenant, session_id, key, window_ns, window_start, used, lim)
-			SELECT tenant, session_id, key, window_ns, window_start, units, lim
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
-				AS u(tenant, session_id, key, window_ns, window_start, units, lim)
-			ON CONFLICT (tenant, session_id, key, window_ns, window_start)
-			DO UPDATE SET used = guard_counters.used + EXCLUDED.used, lim = EXCLUDED.lim
-			RETURNING 1),
-		rate AS (INSERT INTO guard_rates (tenant, tokens, last_ns)
-			SELECT $8::text, $10::float8 - 1, ` + dbNow + ` WHERE $8::text IS NOT NULL
-			ON CONFLICT (tenant) DO UPDATE SET
-				tokens = LEAST($10::float8, guard_rates.tokens + GREATEST(0, EXCLUDED.last_ns - guard_rates.last_ns)::float8 / 1e9 * $9::float8) - 1,
-				last_ns = GREATEST(guard_rates.last_ns, EXCLUDED.last_ns)
-			RETURNING 1)
-		SELECT (SELECT count(*) FROM spent) + (SELECT count(*) FROM rate)`
-	_, err := s.spendQuery(ctx, q, a.tenant, a.session, a.key, a.window, a.start, a.units, a.limit, rateTenant, rate, burst)
+	q := `WITH ` + spendUnnest(1) + `, ` + spendCTEs("true", 8) + `
+		SELECT COALESCE((SELECT array_agg(COALESCE(s.used, 0) ORDER BY u.o) FROM ` + spentOf + `), '{}'), (SELECT count(*) FROM rate)`
+	var used []int64
+	var rated int64
+	_, err := s.spendQuery(ctx, q, func(rows pgx.Rows) error { return rows.Scan(&used, &rated) },
+		a.tenant, a.session, a.key, a.window, a.start, a.units, a.limit, rateTenant, rate, burst)
 	if refused(err) {
-		return s.refusal(ctx, "spend", a, c.Rate)
+		return nil, s.refusal(ctx, "spend", a, c.Rate)
 	}
-	return pgErr("spend guard units", err)
+	if err != nil {
+		return nil, pgErr("spend guard units", err)
+	}
+	return used, nil
 }
 
 // CheckSpend implements job.AtomicSpender: a read of c's counters.

@@ -62,8 +62,8 @@ func TestCreateSpendingRacers(t *testing.T) {
 	if _, ok := errors.AsType[*job.SpendRefused](stores[0].CheckSpend(t.Context(), job.Charge{Spend: []policy.Spend{sp}})); !ok {
 		t.Fatal("CheckSpend of a full budget: not refused")
 	}
-	if _, ok := errors.AsType[*job.SpendRefused](stores[1].Spend(t.Context(), job.Charge{Spend: []policy.Spend{sp}})); !ok {
-		t.Fatal("Spend of a full budget: not refused")
+	if _, err := stores[1].Spend(t.Context(), job.Charge{Spend: []policy.Spend{sp}}); !isRefused(err) {
+		t.Fatalf("Spend of a full budget: %v, not refused", err)
 	}
 	if err := stores[2].RefundSpends(t.Context(), []policy.Spend{sp}); err != nil {
 		t.Fatal(err)
@@ -71,11 +71,11 @@ func TestCreateSpendingRacers(t *testing.T) {
 	if err := stores[0].CheckSpend(t.Context(), job.Charge{Spend: []policy.Spend{sp}}); err != nil {
 		t.Fatalf("CheckSpend with a unit left: %v", err)
 	}
-	if err := stores[1].Spend(t.Context(), job.Charge{Spend: []policy.Spend{sp}}); err != nil {
-		t.Fatalf("Spend of the last unit: %v", err)
+	if used, err := stores[1].Spend(t.Context(), job.Charge{Spend: []policy.Spend{sp}}); err != nil || len(used) != 1 || used[0] != 10 {
+		t.Fatalf("Spend of the last unit: used %v, %v; want [10]", used, err)
 	}
-	if _, ok := errors.AsType[*job.SpendRefused](stores[2].Spend(t.Context(), job.Charge{Spend: []policy.Spend{sp}})); !ok {
-		t.Fatal("Spend past the limit: not refused")
+	if _, err := stores[2].Spend(t.Context(), job.Charge{Spend: []policy.Spend{sp}}); !isRefused(err) {
+		t.Fatalf("Spend past the limit: %v, not refused", err)
 	}
 	var used int64
 	if err := stores[0].pool.QueryRow(t.Context(), `SELECT used FROM guard_counters`).Scan(&used); err != nil || used != 10 {
@@ -90,4 +90,9 @@ func TestCreateSpendingRacers(t *testing.T) {
 			t.Fatalf("rate call %d: %v", i, err)
 		}
 	}
+}
+
+func isRefused(err error) bool {
+	_, ok := errors.AsType[*job.SpendRefused](err)
+	return ok
 }
