@@ -119,7 +119,7 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 	tail := `SELECT guard FROM ins`
 	if capacity > 0 {
 		cond = `(SELECT count(*) FROM jobs WHERE state = 'queued') < $24`
-		tail = `SELECT guard FROM ins, pg_notify('` + jobsChannel + `', '')`
+		tail = `SELECT guard, pg_notify('` + jobsChannel + `', '') FROM ins`
 	}
 	a := toSpendArrays(c.Spend)
 	var rateTenant *string
@@ -151,7 +151,12 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 			RETURNING guard)
 		` + tail
 	var guard *string
-	n, err := s.spendQuery(ctx, q, func(rows pgx.Rows) error { return rows.Scan(&guard) },
+	n, err := s.spendQuery(ctx, q, func(rows pgx.Rows) error {
+		if capacity > 0 {
+			return rows.Scan(&guard, nil)
+		}
+		return rows.Scan(&guard)
+	},
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
 		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity,
