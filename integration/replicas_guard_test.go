@@ -140,3 +140,71 @@ func TestReplicasGuardExact(t *testing.T) {
 		}
 	}
 }
+
+// A tenant's max_running holds across replicas: 12 sandboxed jobs spread
+// over three replicas, a cap of 2: never more than 2 of them run at once
+// (from their started/finished times in the store), each replica with
+// free workers.
+func TestReplicasTenantCap(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	const cfg = `
+tenants:
+  - name: acme
+    api_keys: [k-acme]
+    max_running: 2
+`
+	var rs []*server
+	for i := range 3 {
+		rs = append(rs, startServerArgs(t, cfg, "--store", dsn, "--replica-id", fmt.Sprintf("r%d", i+1)))
+	}
+	var ids []string
+	for i := range 12 {
+		code, j, raw := postJob(rs[i%3].URL, "k-acme", map[string]any{"tool": "bash", "arguments": map[string]any{"command": "sleep 0.4; echo ran"}})
+		if code != 202 {
+			t.Fatalf("job %d: %d %s", i, code, raw)
+		}
+		ids = append(ids, j.ID)
+	}
+	for i, id := range ids {
+		var j guardJob
+		if resp, data := rs[(i+1)%3].do("GET", "/v1/jobs/"+id+"?wait=120s", "k-acme", nil, &j); resp.StatusCode != 200 || j.State != "succeeded" {
+			t.Fatalf("job %s: %d %s", id, resp.StatusCode, data)
+		}
+	}
+	c, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	rows, err := c.Query(t.Context(), `SELECT started_at, finished_at, owner FROM jobs WHERE tenant = 'acme'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type span struct{ start, end int64 }
+	var spans []span
+	owners := map[string]bool{}
+	for rows.Next() {
+		var s span
+		var owner string
+		if err := rows.Scan(&s.start, &s.end, &owner); err != nil {
+			t.Fatal(err)
+		}
+		spans, owners[owner] = append(spans, s), true
+	}
+	rows.Close()
+	most := 0
+	for _, a := range spans { // jobs running at a's start
+		n := 0
+		for _, b := range spans {
+			if b.start <= a.start && a.start < b.end {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	t.Logf("at most %d running at once; run by %d replicas", most, len(owners))
+	if most > 2 || len(spans) != 12 {
+		t.Fatalf("%d jobs, at most %d running at once; want 12 and at most 2 (max_running)", len(spans), most)
+	}
+}
