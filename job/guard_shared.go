@@ -42,7 +42,8 @@ type AtomicSpender interface {
 	// Coordinator.Enqueue (only while fewer than capacity jobs are queued
 	// in the store, ErrQueueFull otherwise, and the replicas are
 	// notified); capacity 0 like Store.Create.
-	CreateSpending(ctx context.Context, j *Job, c Charge, capacity int) error
+	// used[i] is c.Spend[i]'s counter's count after the spend.
+	CreateSpending(ctx context.Context, j *Job, c Charge, capacity int) (used []int64, err error)
 	// Spend spends c without a job (the guard's decisions of a tool-call
 	// batch, reserved before its calls are submitted; a cache hit's rate
 	// limit token): a *SpendRefused when over, nothing spent then.
@@ -54,7 +55,9 @@ type AtomicSpender interface {
 	// RefundSpends gives back units spent by CreateSpending for a job
 	// that never ran (never below zero; spends of ended windows are
 	// ignored).
-	RefundSpends(ctx context.Context, spends []policy.Spend) error
+	// used[i] is spends[i]'s counter's count after it, -1 for a counter
+	// the store no longer has.
+	RefundSpends(ctx context.Context, spends []policy.Spend) (used []int64, err error)
 }
 
 // SpendRefused is CreateSpending's refusal: what the store found.
@@ -87,10 +90,13 @@ func (s *Service) insertJob(ctx context.Context, j *Job, c Charge, capacity int)
 			return fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
 		}
 		j.Guard.Spend = c.Spend // recorded with the row: a refund anywhere gives these back
-		if err := a.CreateSpending(ctx, j, c, capacity); err != nil {
+		used, err := a.CreateSpending(ctx, j, c, capacity)
+		if err != nil {
 			j.Guard.Spend = nil // one statement: nothing was spent
+			s.observeRefusal(c, err)
 			return err
 		}
+		s.cfg.Guard.Observe(c.Spend, used)
 		if capacity > 0 && s.rep != nil {
 			s.rep.poke()
 		}
@@ -110,7 +116,9 @@ func (s *Service) spendNow(ctx context.Context, req policy.Request, plan policy.
 		return plan, true
 	}
 	used, err := s.atomic.Spend(ctx, c)
+	s.observeRefusal(c, err)
 	if err == nil {
+		s.cfg.Guard.Observe(c.Spend, used)
 		plan.Remaining = slices.Clone(plan.Remaining)
 		policy.Settle(&plan, used)
 		return plan, true
@@ -150,7 +158,17 @@ func asRefused(err error) (*SpendRefused, bool) {
 func (s *Service) refundShared(spends []policy.Spend) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	if err := s.atomic.RefundSpends(ctx, spends); err != nil {
+	used, err := s.atomic.RefundSpends(ctx, spends)
+	if err != nil {
 		s.log.Error("refund guard spends", "err", fmt.Errorf("refund: %w", err), "spends", len(spends))
+		return
+	}
+	s.cfg.Guard.Observe(spends, used)
+}
+
+// observeRefusal gives the guard's metrics the counts a refusal found.
+func (s *Service) observeRefusal(c Charge, err error) {
+	if r, ok := asRefused(err); ok {
+		s.cfg.Guard.Observe(c.Spend, r.Spent.Used)
 	}
 }

@@ -110,6 +110,30 @@ func Settle(plan *Decision, used []int64) {
 	}
 }
 
+// Observe records the counts a store reported for tenant-scoped budget
+// windows (used[i]: spends[i]'s counter), so that the guard's metrics
+// (sandboxd_guard_budget_remaining) show the store's count as of this
+// process's last spend, refund or refusal. Plan and Refusal never read
+// them. Session counters are not kept.
+func (g *Guard) Observe(spends []Spend, used []int64) {
+	for i, s := range spends {
+		t := g.tenants[s.Tenant]
+		if t == nil || i >= len(used) || used[i] < 0 || s.Session != "" || s.Window <= 0 {
+			continue
+		}
+		slot, ok := t.slots[counterID{key: s.Key, window: s.Window}]
+		if !ok {
+			continue
+		}
+		start := s.WindowStart.UnixNano()
+		t.mu.Lock()
+		if w := &t.tenantWin[slot]; start >= w.start {
+			*w = window{start: start, end: start + int64(s.Window), used: used[i]}
+		}
+		t.mu.Unlock()
+	}
+}
+
 // Spent is what the store found when it refused a plan: Used[i] is the
 // count of plan.Spend[i]'s counter before this call; Tokens the rate
 // bucket's tokens (after refilling) before it, when the plan had a Rate.

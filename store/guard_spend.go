@@ -110,16 +110,17 @@ const spentOf = `u LEFT JOIN spent s ON (s.tenant, s.session_id, s.key, s.window
 // CreateSpending implements job.AtomicSpender. The job's guard record is
 // stored with its Remaining settled from the counters as spent (the
 // charge's Counter), and j.Guard set to what was stored.
-func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge, capacity int) error {
+func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge, capacity int) ([]int64, error) {
 	r, err := toRow(j)
 	if err != nil {
-		return fmt.Errorf("create job %s: %w", j.ID, err)
+		return nil, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	cond := `$24::integer = 0`
-	tail := `SELECT guard FROM ins`
+	tail := `SELECT guard, (SELECT COALESCE(array_agg(COALESCE(s.used, -1) ORDER BY u.o), '{}') FROM ` + spentOf + `) FROM ins`
 	if capacity > 0 {
 		cond = `(SELECT count(*) FROM jobs WHERE state = 'queued') < $24`
-		tail = `SELECT guard, pg_notify('` + jobsChannel + `', '') FROM ins`
+		tail = `SELECT guard, (SELECT COALESCE(array_agg(COALESCE(s.used, -1) ORDER BY u.o), '{}') FROM ` + spentOf + `),
+			pg_notify('` + jobsChannel + `', '') FROM ins`
 	}
 	a := toSpendArrays(c.Spend)
 	var rateTenant *string
@@ -151,11 +152,12 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 			RETURNING guard)
 		` + tail
 	var guard *string
+	var used []int64
 	n, err := s.spendQuery(ctx, q, func(rows pgx.Rows) error {
 		if capacity > 0 {
-			return rows.Scan(&guard, nil)
+			return rows.Scan(&guard, &used, nil)
 		}
-		return rows.Scan(&guard)
+		return rows.Scan(&guard, &used)
 	},
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
@@ -163,25 +165,25 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 		a.tenant, a.session, a.key, a.window, a.start, a.units, a.limit,
 		rateTenant, rate, burst, counter)
 	if refused(err) {
-		return s.refusal(ctx, "create job "+j.ID, a, c.Rate)
+		return nil, s.refusal(ctx, "create job "+j.ID, a, c.Rate)
 	}
 	if pgUnique(err) {
-		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
+		return nil, fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return pgErr("create job "+j.ID, err)
+		return nil, pgErr("create job "+j.ID, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("enqueue job %s: %w (%d queued across replicas)", j.ID, job.ErrQueueFull, capacity)
+		return nil, fmt.Errorf("enqueue job %s: %w (%d queued across replicas)", j.ID, job.ErrQueueFull, capacity)
 	}
 	if guard != nil && j.Guard != nil {
 		var g job.GuardRecord
 		if err := json.Unmarshal([]byte(*guard), &g); err != nil {
-			return fmt.Errorf("create job %s: the stored guard record: %w", j.ID, err)
+			return nil, fmt.Errorf("create job %s: the stored guard record: %w", j.ID, err)
 		}
 		j.Guard = &g
 	}
-	return nil
+	return used, nil
 }
 
 // spendQuery runs a spending statement, scanning each row with scan, and
@@ -290,21 +292,32 @@ func (s *Postgres) refusal(ctx context.Context, op string, a spendArrays, rc *po
 }
 
 // RefundSpends implements job.AtomicSpender.
-func (s *Postgres) RefundSpends(ctx context.Context, spends []policy.Spend) error {
+func (s *Postgres) RefundSpends(ctx context.Context, spends []policy.Spend) ([]int64, error) {
 	if len(spends) == 0 {
-		return nil
+		return nil, nil
 	}
 	a := toSpendArrays(spends)
-	_, err := s.pool.Exec(ctx, `UPDATE guard_counters g SET used = GREATEST(0, g.used - u.units)
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[]) AS u(tenant, session_id, key, window_ns, window_start, units)
-		WHERE g.tenant = u.tenant AND g.session_id = u.session_id AND g.key = u.key
-			AND g.window_ns = u.window_ns AND g.window_start = u.window_start`,
-		a.tenant, a.session, a.key, a.window, a.start, a.units)
-	return pgErr("refund guard spends", err)
+	var used []int64
+	err := s.pool.QueryRow(ctx, `WITH back AS (UPDATE guard_counters g SET used = GREATEST(0, g.used - u.units)
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
+				WITH ORDINALITY AS u(tenant, session_id, key, window_ns, window_start, units, o)
+			WHERE g.tenant = u.tenant AND g.session_id = u.session_id AND g.key = u.key
+				AND g.window_ns = u.window_ns AND g.window_start = u.window_start
+			RETURNING u.o, g.used)
+		SELECT COALESCE(array_agg(COALESCE(b.used, -1) ORDER BY o.o), '{}')
+		FROM generate_series(1, cardinality($1::text[])) AS o(o) LEFT JOIN back b ON b.o = o.o`,
+		a.tenant, a.session, a.key, a.window, a.start, a.units).Scan(&used)
+	if err != nil {
+		return nil, pgErr("refund guard spends", err)
+	}
+	return used, nil
 }
 
-// pruneGuardCounters deletes the counters of budget windows that ended.
+// pruneGuardCounters deletes the counters of budget windows that ended
+// and those of sessions no longer open (their tool limits last the
+// session's life).
 func pruneGuardCounters(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `DELETE FROM guard_counters WHERE window_ns > 0 AND window_start + window_ns < `+dbNow)
+	_, err := tx.Exec(ctx, `DELETE FROM guard_counters g WHERE (g.window_ns > 0 AND g.window_start + g.window_ns < `+dbNow+`)
+		OR (g.session_id != '' AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = g.session_id AND s.state IN ('creating', 'active')))`)
 	return err
 }

@@ -27,7 +27,7 @@ func TestCreateSpendingRacers(t *testing.T) {
 		wg.Go(func() {
 			j := &job.Job{ID: fmt.Sprintf("job_%03d", i), Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued,
 				CreatedAt: time.Now().UTC(), Guard: &job.GuardRecord{Outcome: policy.OutcomeAllow, Spend: []policy.Spend{sp}}}
-			err := stores[i%3].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0)
+			_, err := stores[i%3].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0)
 			var r *job.SpendRefused
 			switch {
 			case err == nil:
@@ -50,12 +50,14 @@ func TestCreateSpendingRacers(t *testing.T) {
 	if err := stores[0].pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs`).Scan(&n); err != nil || n != 10 {
 		t.Fatalf("%d jobs stored (%v), want 10", n, err)
 	}
-	if err := stores[1].RefundSpends(t.Context(), []policy.Spend{sp}); err != nil {
-		t.Fatal(err)
+	gone := sp
+	gone.Key = "effect:none"
+	if used, err := stores[1].RefundSpends(t.Context(), []policy.Spend{sp, gone}); err != nil || fmt.Sprint(used) != "[9 -1]" {
+		t.Fatalf("refund: counts %v, %v; want [9 -1] (no counter: -1)", used, err)
 	}
 	j := &job.Job{ID: "job_after_refund", Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued, CreatedAt: time.Now().UTC(),
 		Guard: &job.GuardRecord{Outcome: policy.OutcomeAllow, Spend: []policy.Spend{sp}}}
-	if err := stores[2].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0); err != nil {
+	if _, err := stores[2].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0); err != nil {
 		t.Fatalf("after a refund: %v", err)
 	}
 	// Full again: CheckSpend and Spend refuse, and Spend writes nothing.
@@ -65,7 +67,7 @@ func TestCreateSpendingRacers(t *testing.T) {
 	if _, err := stores[1].Spend(t.Context(), job.Charge{Spend: []policy.Spend{sp}}); !isRefused(err) {
 		t.Fatalf("Spend of a full budget: %v, not refused", err)
 	}
-	if err := stores[2].RefundSpends(t.Context(), []policy.Spend{sp}); err != nil {
+	if _, err := stores[2].RefundSpends(t.Context(), []policy.Spend{sp}); err != nil {
 		t.Fatal(err)
 	}
 	if err := stores[0].CheckSpend(t.Context(), job.Charge{Spend: []policy.Spend{sp}}); err != nil {
@@ -84,7 +86,7 @@ func TestCreateSpendingRacers(t *testing.T) {
 	// A rate limit of burst 2: the third call in a row is refused.
 	for i := range 3 {
 		j := &job.Job{ID: fmt.Sprintf("job_rate_%d", i), Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued, CreatedAt: time.Now().UTC()}
-		err := stores[i%3].CreateSpending(t.Context(), j, job.Charge{Rate: &policy.RateCharge{Tenant: "acme", Rate: 0.001, Burst: 2}}, 0)
+		_, err := stores[i%3].CreateSpending(t.Context(), j, job.Charge{Rate: &policy.RateCharge{Tenant: "acme", Rate: 0.001, Burst: 2}}, 0)
 		var r *job.SpendRefused
 		if (i < 2) != (err == nil) || (i == 2 && (!errors.As(err, &r) || r.Spent.Tokens >= 1)) {
 			t.Fatalf("rate call %d: %v", i, err)
@@ -95,4 +97,30 @@ func TestCreateSpendingRacers(t *testing.T) {
 func isRefused(err error) bool {
 	_, ok := errors.AsType[*job.SpendRefused](err)
 	return ok
+}
+
+// The retention sweep deletes the counters of ended windows and of
+// sessions no longer open; the current window's stay.
+func TestGuardCountersPruned(t *testing.T) {
+	t.Parallel()
+	s := openPG(t, pgtest.Shared(t).NewDatabase(t))
+	ctx := t.Context()
+	hour := time.Duration(time.Now().UnixNano() / int64(time.Hour) * int64(time.Hour))
+	now := time.Unix(0, int64(hour)).UTC()
+	spends := []policy.Spend{
+		{Tenant: "acme", Key: "effect:exec", Window: time.Hour, WindowStart: now, Units: 1, Limit: 10},                     // stays
+		{Tenant: "acme", Key: "effect:exec", Window: time.Hour, WindowStart: now.Add(-2 * time.Hour), Units: 1, Limit: 10}, // ended
+		{Tenant: "acme", Session: "ses_gone", Key: "tool:echo", Units: 1, Limit: 3},                                        // no such session
+	}
+	if _, err := s.Spend(ctx, job.Charge{Spend: spends}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteFinishedJobs(ctx, time.Now(), time.Now(), 10); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var start int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*), max(window_start) FROM guard_counters`).Scan(&n, &start); err != nil || n != 1 || start != now.UnixNano() {
+		t.Fatalf("%d counters left (%v), want the current window's only", n, err)
+	}
 }
