@@ -1,6 +1,7 @@
 package job_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/config"
@@ -63,4 +64,30 @@ rate_limit:
 			}
 		}
 	})
+}
+
+// On a replica (the queue in the store), a call over its budget while the
+// queue is full is refused by the guard, not by the full queue, as on
+// SQLite.
+func TestGuardBeforeFullSharedQueue(t *testing.T) {
+	h := newHarness(t, onPostgres(t, ""), withPolicy(t, "acme", `
+budgets:
+  - effect: exec
+    limit: 1
+    per: 1h
+`), func(c *job.Config, _ *harness) {
+		c.Queue = config.Queue{Workers: 1, Size: 1}
+		c.Replica = &job.ReplicaConfig{ID: "r1"}
+	})
+	running := h.submit(t, "acme", call("wait", `{}`))
+	h.waitRunning(t, "acme", running.ID)
+	if j := h.submit(t, "acme", call("echo", `{"text":"x"}`)); j.State != job.StateQueued { // spends the unit, fills the queue
+		t.Fatalf("second call: %s/%s", j.State, j.Reason)
+	}
+	if _, _, err := h.svc.Submit(t.Context(), "acme", call("add", `{"a":1,"b":1}`)); !errors.Is(err, job.ErrQueueFull) {
+		t.Fatalf("a call the guard lets through, queue full: %v, want ErrQueueFull", err)
+	}
+	if j := h.submit(t, "acme", call("echo", `{"text":"y"}`)); j.Reason != job.ReasonBudgetExhausted {
+		t.Fatalf("over budget, queue full: %s/%s, want budget_exhausted", j.State, j.Reason)
+	}
 }

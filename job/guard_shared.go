@@ -91,6 +91,15 @@ func (s *Service) insertJob(ctx context.Context, j *Job, c Charge, capacity int)
 		}
 		j.Guard.Spend = c.Spend // recorded with the row: a refund anywhere gives these back
 		used, err := a.CreateSpending(ctx, j, c, capacity)
+		if errors.Is(err, ErrQueueFull) {
+			// A call the guard would refuse is refused by it, not by the
+			// full queue, as with the in-memory guard, which decides first.
+			if cerr := a.CheckSpend(ctx, c); cerr != nil {
+				if _, ok := asRefused(cerr); ok {
+					err = cerr
+				}
+			}
+		}
 		if err != nil {
 			j.Guard.Spend = nil // one statement: nothing was spent
 			s.observeRefusal(c, err)
