@@ -26,6 +26,15 @@ const egressDialTimeout = 10 * time.Second
 // 0700, uid 0), which the code can neither reach nor change: the code gets
 // out only through this forwarder.
 func ForwardEgress(ctx context.Context, l net.Listener, socketPath string, log *slog.Logger) error {
+	return ForwardEgressTo(ctx, l, func(ctx context.Context) (net.Conn, error) {
+		d := net.Dialer{Timeout: egressDialTimeout}
+		return d.DialContext(ctx, "unix", socketPath)
+	}, log)
+}
+
+// ForwardEgressTo is ForwardEgress with the upstream of each connection
+// from dial (ReverseEgress.Take for the Kubernetes runner).
+func ForwardEgressTo(ctx context.Context, l net.Listener, dial func(context.Context) (net.Conn, error), log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -71,10 +80,9 @@ func ForwardEgress(ctx context.Context, l net.Listener, socketPath string, log *
 			track(c, true)
 			defer track(c, false)
 			defer c.Close()
-			d := net.Dialer{Timeout: egressDialTimeout}
-			up, err := d.DialContext(ctx, "unix", socketPath)
+			up, err := dial(ctx)
 			if err != nil {
-				log.Warn("egress forward: dial host socket", "err", err)
+				log.Warn("egress forward: upstream", "err", err)
 				return
 			}
 			track(up, true)
@@ -104,4 +112,61 @@ func splice(a, b net.Conn) {
 	go half(a, b)
 	go half(b, a)
 	wg.Wait()
+}
+
+// ReverseEgress holds the connections sandboxd opened to the agent (over
+// a TokenListener: only sandboxd has the token) for the agent to carry the
+// sandbox's proxy connections on, when the pod has no route to sandboxd
+// (the Kubernetes runner: the pod has no egress at all). Take hands one
+// out and tells sandboxd so with one byte (ReverseTaken), after which the
+// connection carries the proxied bytes unchanged; sandboxd then opens the
+// next.
+type ReverseEgress struct {
+	conns chan net.Conn
+}
+
+// ReverseTaken is the byte the agent sends on a reverse egress connection
+// when it starts carrying a proxied connection on it.
+const ReverseTaken = 0x01
+
+// NewReverseEgress accepts sandboxd's reverse connections on l until ctx
+// ends.
+func NewReverseEgress(ctx context.Context, l net.Listener) *ReverseEgress {
+	re := &ReverseEgress{conns: make(chan net.Conn, 64)}
+	context.AfterFunc(ctx, func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case re.conns <- c:
+			default:
+				c.Close() // sandboxd keeps only a few idle: more is not its doing
+			}
+		}
+	}()
+	return re
+}
+
+// Take returns an idle reverse connection, waiting up to
+// egressDialTimeout for sandboxd to open one.
+func (re *ReverseEgress) Take(ctx context.Context) (net.Conn, error) {
+	t := time.NewTimer(egressDialTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case c := <-re.conns:
+			if _, err := c.Write([]byte{ReverseTaken}); err != nil {
+				c.Close()
+				continue // gone while idle: the next
+			}
+			return c, nil
+		case <-t.C:
+			return nil, errors.New("no reverse egress connection from sandboxd")
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }

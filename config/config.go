@@ -81,10 +81,11 @@ type Config struct {
 
 // Runner selects and configures the sandbox backend.
 type Runner struct {
-	Name       string           `yaml:"name" env:"SANDBOXD_RUNNER" flag:"runner" check:"oneof=local docker containerd" doc:"the sandbox backend: local, docker or containerd"`
+	Name       string           `yaml:"name" env:"SANDBOXD_RUNNER" flag:"runner" check:"oneof=local docker containerd kubernetes" doc:"the sandbox backend: local, docker, containerd or kubernetes"`
 	Local      LocalRunner      `yaml:"local"`
 	Docker     DockerRunner     `yaml:"docker"`
 	Containerd ContainerdRunner `yaml:"containerd"`
+	Kubernetes KubernetesRunner `yaml:"kubernetes"`
 }
 
 // LocalRunner configures the local (namespaces + cgroups) runner.
@@ -112,6 +113,17 @@ type ContainerdRunner struct {
 	Image     string `yaml:"image" env:"SANDBOXD_CONTAINERD_IMAGE" default:"sandboxd/python:latest" doc:"the sandbox image, imported into the namespace"`
 	AgentPath string `yaml:"agent_path" env:"SANDBOXD_AGENT_PATH" check:"abspath" default:"sandbox-agent next to sandboxd or on PATH" doc:"the static sandbox-agent binary mounted into every sandbox"`
 	Runtime   string `yaml:"runtime" env:"SANDBOXD_CONTAINERD_RUNTIME" default:"runc" doc:"runc, runsc (gVisor) or a containerd shim name; also --runtime"`
+}
+
+// KubernetesRunner configures the Kubernetes runner (runner.name:
+// kubernetes): every sandbox a Pod (runner/kubernetes).
+type KubernetesRunner struct {
+	Kubeconfig      string `yaml:"kubeconfig" env:"SANDBOXD_KUBECONFIG" check:"abspath" default:"empty: in-cluster credentials (sandboxd's service account)" doc:"the kubeconfig file of the cluster"`
+	Namespace       string `yaml:"namespace" env:"SANDBOXD_KUBERNETES_NAMESPACE" default:"sandboxd" doc:"the namespace of the sandbox pods, their secrets and the NetworkPolicy"`
+	Image           string `yaml:"image" env:"SANDBOXD_KUBERNETES_IMAGE" default:"sandboxd/python:latest" doc:"the sandbox image (with the agent at /run/sandboxd-agent/sandbox-agent), present on the nodes (never pulled)"`
+	RuntimeClass    string `yaml:"runtime_class" env:"SANDBOXD_KUBERNETES_RUNTIME_CLASS" default:"empty: the node's default (runc)" doc:"the pods' RuntimeClass (gvisor: runsc)"`
+	SeccompFallback bool   `yaml:"seccomp_fallback" env:"SANDBOXD_KUBERNETES_SECCOMP_FALLBACK" doc:"run pods with the runtime's default seccomp profile instead of the policy's Localhost ones (weaker; a warning at start), for nodes without the installed profiles"`
+	SandboxdCIDR    string `yaml:"sandboxd_cidr" env:"SANDBOXD_KUBERNETES_SANDBOXD_CIDR" default:"empty: sandboxd's own pods (app.kubernetes.io/name=sandboxd)" doc:"where sandboxd dials the agents from when it runs outside the cluster (the NetworkPolicy admits only it to the agent port)"`
 }
 
 // Queue sizes admission.

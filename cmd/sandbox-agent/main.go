@@ -45,6 +45,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/sandboxd/sandboxd/agent"
 )
@@ -59,6 +60,9 @@ func main() {
 func run() error {
 	socket := flag.String("socket", "", "unix socket path to listen on")
 	stdio := flag.Bool("stdio", false, "serve one connection on stdin/stdout")
+	listenTCP := flag.String("listen-tcp", "", "TCP address to listen on instead of --socket (the Kubernetes runner); needs --token-file")
+	egressReverse := flag.String("egress-reverse", "", "TCP address where sandboxd opens the connections --egress-listen forwards over (instead of --egress-socket; authenticated by --token-file)")
+	tokenFile := flag.String("token-file", "", "file of the agent.TokenBytes secret every --listen-tcp connection must send first")
 	root := flag.String("root", "/workspace", "directory file operations are confined to; default working directory")
 	python := flag.String("python", "/usr/bin/python3", "python interpreter for the REPL")
 	reap := flag.Bool("reap", os.Getpid() == 1, "reap orphaned children (default: when pid 1)")
@@ -77,11 +81,23 @@ func run() error {
 	// cannot start a thread it needs and dies; threads started now stay
 	// idle in the runtime's pool for later.
 	prewarmThreads(16)
-	if (*socket == "") == !*stdio {
-		return errors.New("exactly one of --socket or --stdio is required")
+	modes := 0
+	for _, on := range []bool{*socket != "", *stdio, *listenTCP != ""} {
+		if on {
+			modes++
+		}
 	}
-	if (*egressListen == "") != (*egressSocket == "") {
-		return errors.New("--egress-listen and --egress-socket go together")
+	if modes != 1 {
+		return errors.New("exactly one of --socket, --stdio or --listen-tcp is required")
+	}
+	if (*listenTCP == "") != (*tokenFile == "") {
+		return errors.New("--listen-tcp and --token-file go together")
+	}
+	if (*egressListen == "") != (*egressSocket == "" && *egressReverse == "") || (*egressSocket != "" && *egressReverse != "") {
+		return errors.New("--egress-listen and one of --egress-socket or --egress-reverse go together")
+	}
+	if *egressReverse != "" && *tokenFile == "" {
+		return errors.New("--egress-reverse needs --token-file")
 	}
 	user, err := codeUser(*uid, *gid)
 	if err != nil {
@@ -116,8 +132,27 @@ func run() error {
 		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 			opts.Env = append(opts.Env, k+"="+proxy)
 		}
+		dial := func(ctx context.Context) (net.Conn, error) {
+			d := net.Dialer{Timeout: 10 * time.Second}
+			return d.DialContext(ctx, "unix", *egressSocket)
+		}
+		if *egressReverse != "" {
+			token, err := os.ReadFile(*tokenFile)
+			if err != nil {
+				return fmt.Errorf("--egress-reverse: token: %w", err)
+			}
+			raw, err := net.Listen("tcp", *egressReverse)
+			if err != nil {
+				return fmt.Errorf("--egress-reverse: %w", err)
+			}
+			rl, err := agent.TokenListener(raw, token)
+			if err != nil {
+				return err
+			}
+			dial = agent.NewReverseEgress(ctx, rl).Take
+		}
 		go func() {
-			if err := agent.ForwardEgress(ctx, el, *egressSocket, logger); err != nil {
+			if err := agent.ForwardEgressTo(ctx, el, dial, logger); err != nil {
 				fmt.Fprintln(os.Stderr, "sandbox-agent: egress forwarder:", err)
 			}
 		}()
@@ -130,6 +165,24 @@ func run() error {
 	if *stdio {
 		fmt.Fprintln(os.Stderr, "ready")
 		return agent.ServeConn(ctx, agent.StreamConn(os.Stdin, os.Stdout), opts)
+	}
+
+	if *listenTCP != "" {
+		token, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("--listen-tcp: token: %w", err)
+		}
+		raw, err := net.Listen("tcp", *listenTCP)
+		if err != nil {
+			return err
+		}
+		l, err := agent.TokenListener(raw, token)
+		if err != nil {
+			raw.Close()
+			return err
+		}
+		fmt.Fprintln(os.Stderr, "ready")
+		return agent.Serve(ctx, l, opts)
 	}
 
 	if err := socketDir(filepath.Dir(*socket), user); err != nil {

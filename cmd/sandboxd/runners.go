@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/containerd"
 	"github.com/sandboxd/sandboxd/runner/docker"
+	"github.com/sandboxd/sandboxd/runner/kubernetes"
 	"github.com/sandboxd/sandboxd/runner/local"
 )
 
@@ -55,6 +56,25 @@ func newRunner(ctx context.Context, cfg *config.Config, defaults runner.Limits, 
 			defer cancel()
 			if err := cr.Close(cctx); err != nil {
 				log.Warn("close containerd runner", "err", err)
+			}
+		}, nil
+	case "kubernetes":
+		k := cfg.Runner.Kubernetes
+		kr, err := kubernetes.New(ctx, kubernetes.Config{
+			Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, Image: k.Image, RuntimeClass: k.RuntimeClass,
+			SeccompFallback: k.SeccompFallback, SandboxdCIDR: k.SandboxdCIDR,
+			StateDir: filepath.Join(cfg.DataDir, "kubernetes"),
+			Defaults: defaults,
+			Logger:   log,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return kr, func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := kr.Close(cctx); err != nil {
+				log.Warn("close kubernetes runner", "err", err)
 			}
 		}, nil
 	case "local", "":

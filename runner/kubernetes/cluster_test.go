@@ -1,0 +1,121 @@
+package kubernetes
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
+)
+
+// The real-cluster tests run when SANDBOXD_KUBECONFIG names a cluster's
+// kubeconfig (the single-node cluster of the project's setup); with
+// SANDBOXD_REQUIRE_KUBERNETES=1 a missing or unusable cluster fails them
+// instead of skipping. SANDBOXD_KUBERNETES_IMAGE, _RUNTIME_CLASS and
+// _SANDBOXD_CIDR configure the runner as sandboxd's keys do.
+
+func clusterConfig(t testing.TB) Config {
+	t.Helper()
+	kc := os.Getenv("SANDBOXD_KUBECONFIG")
+	fail := func(why string) {
+		if os.Getenv("SANDBOXD_REQUIRE_KUBERNETES") != "" {
+			t.Fatalf("SANDBOXD_REQUIRE_KUBERNETES is set but %s", why)
+		}
+		t.Skipf("%s (set SANDBOXD_KUBECONFIG; SANDBOXD_REQUIRE_KUBERNETES=1 to fail instead of skipping)", why)
+	}
+	if kc == "" {
+		fail("no cluster: SANDBOXD_KUBECONFIG unset")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		fail("kubeconfig: " + err.Error())
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		fail("client: " + err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		fail("cluster not answering: " + err.Error())
+	}
+	return Config{
+		Kubeconfig: kc, Namespace: os.Getenv("SANDBOXD_KUBERNETES_NAMESPACE"), Image: os.Getenv("SANDBOXD_KUBERNETES_IMAGE"),
+		RuntimeClass: os.Getenv("SANDBOXD_KUBERNETES_RUNTIME_CLASS"), SandboxdCIDR: os.Getenv("SANDBOXD_KUBERNETES_SANDBOXD_CIDR"),
+		ReconcileInterval: -1,
+	}
+}
+
+func newCluster(t testing.TB) *Runner {
+	t.Helper()
+	cfg := clusterConfig(t)
+	cfg.StateDir = t.TempDir()
+	r, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) })
+	return r
+}
+
+// TestConformance is runnertest against the real cluster.
+func TestConformance(t *testing.T) {
+	r := newCluster(t)
+	runnertest.Run(t, runnertest.Factory{
+		New:             func(t *testing.T) runner.Runner { return r },
+		DropsPrivileges: true,
+		KillsDaemons:    true,
+	})
+}
+
+// TestClusterReap: the pod and secret of an owner that died (its
+// owner-proc names no live process, as after kill -9 of sandboxd) are
+// removed by the next runner's Reap; nothing of a live owner's is.
+func TestClusterReap(t *testing.T) {
+	a := newCluster(t)
+	ctx := t.Context()
+	spec := runner.SandboxSpec{ID: "reap" + a.in.ID[:8], Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)}
+	limits, err := a.in.Reserve(ctx, &spec, a.cfg.Defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.StartPod(ctx, spec, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Delete(context.Background())
+	// A second runner sees a live owner's pod and keeps it.
+	b := newCluster(t)
+	if _, err := b.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.CoreV1().Pods(b.cfg.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("live owner's pod reaped: %v", err)
+	}
+	// The owner "dies": its owner-proc now names no process.
+	pod, err := a.c.CoreV1().Pods(a.cfg.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[hostside.LabelOwnerProc] = "999999999:1"
+	if _, err := a.c.CoreV1().Pods(a.cfg.Namespace).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.Reap(ctx)
+	if err != nil || n < 1 {
+		t.Fatalf("reaped %d, %v", n, err)
+	}
+	if _, err := b.c.CoreV1().Pods(b.cfg.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
+		t.Fatal("dead owner's pod still there")
+	}
+	if _, err := b.c.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
+		t.Fatal("dead owner's secret still there")
+	}
+}

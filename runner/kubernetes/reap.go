@@ -1,0 +1,58 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"maps"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+)
+
+// managedSelector selects what this package labels.
+const managedSelector = hostside.LabelManaged + "=true"
+
+// Reap implements runner.Reaper: it deletes, in the namespace, the pods
+// and secrets of sandboxes no live sandboxd holds (hostside.Instance.Orphan
+// on their labels and owner-proc annotation: this instance's that no open
+// Sandbox holds, other owners' whose process is dead), and the state dirs
+// of dead instances. The namespace's NetworkPolicy is shared and stays.
+func (r *Runner) Reap(ctx context.Context) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
+	defer cancel()
+	pods, err := r.c.CoreV1().Pods(r.cfg.Namespace).List(cctx, metav1.ListOptions{LabelSelector: managedSelector})
+	if err != nil {
+		return 0, r.wrap("list pods", err)
+	}
+	found := make([]hostside.Found, 0, len(pods.Items))
+	names := map[string]bool{}
+	for _, p := range pods.Items {
+		names[p.Name] = true
+		found = append(found, hostside.Found{ID: p.Name, Labels: ownerLabels(p.Labels, p.Annotations), Created: p.CreationTimestamp.Time})
+	}
+	// Secrets whose pod is gone (a crash between the two creates).
+	secs, err := r.c.CoreV1().Secrets(r.cfg.Namespace).List(cctx, metav1.ListOptions{LabelSelector: managedSelector})
+	if err != nil {
+		return 0, r.wrap("list secrets", err)
+	}
+	for _, s := range secs.Items {
+		if !names[s.Name] {
+			found = append(found, hostside.Found{ID: s.Name, Labels: ownerLabels(s.Labels, s.Annotations), Created: s.CreationTimestamp.Time})
+		}
+	}
+	reaped, live, err := r.in.ReapFound(ctx, found, r.remove)
+	return reaped, errors.Join(err, r.in.ReapStateDirs(live, func(dir string) error { return nil }))
+}
+
+// ownerLabels are an object's labels with its owner-proc annotation.
+func ownerLabels(l, ann map[string]string) map[string]string {
+	out := maps.Clone(l)
+	if out == nil {
+		out = map[string]string{}
+	}
+	if v, ok := ann[hostside.LabelOwnerProc]; ok {
+		out[hostside.LabelOwnerProc] = v
+	}
+	return out
+}
