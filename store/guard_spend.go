@@ -29,8 +29,10 @@ const (
 	guardRatesCheck    = "guard_rates_has_token"
 )
 
-// pgGuardMigration is migration 5: the guard's counters.
-const pgGuardMigration = `CREATE TABLE guard_counters (
+// pgGuardMigration is migration 5: the guard's counters. Self-contained
+// (IF NOT EXISTS): it may take another number when branches merge, as
+// long as no release has it yet.
+const pgGuardMigration = `CREATE TABLE IF NOT EXISTS guard_counters (
 		tenant       TEXT   NOT NULL,
 		session_id   TEXT   NOT NULL,
 		key          TEXT   NOT NULL,
@@ -41,7 +43,7 @@ const pgGuardMigration = `CREATE TABLE guard_counters (
 		PRIMARY KEY (tenant, session_id, key, window_ns, window_start),
 		CONSTRAINT ` + guardCountersCheck + ` CHECK (used <= lim)
 	);
-	CREATE TABLE guard_rates (
+	CREATE TABLE IF NOT EXISTS guard_rates (
 		tenant  TEXT             PRIMARY KEY,
 		tokens  DOUBLE PRECISION NOT NULL,
 		last_ns BIGINT           NOT NULL,

@@ -218,7 +218,8 @@ var pgMigrations = []string{
 	`ALTER TABLE jobs ADD COLUMN cached BOOLEAN NOT NULL DEFAULT false;
 	ALTER TABLE jobs ADD COLUMN hooks TEXT;`,
 	// 5: the guard's counters, checked and spent with a job's insert
-	// (guard_spend.go).
+	// (guard_spend.go). Self-contained: it may take another number when
+	// branches merge (turns-durable's batches also want 5).
 	pgGuardMigration,
 }
 
