@@ -244,9 +244,16 @@ func (s *Service) listenQueued() {
 func (s *Service) dispatch() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	order := ClaimOrder{Weights: map[string]int{}}
+	// The running caps set in the configuration (tenants[].max_running,
+	// queue.tenant_max_running) hold across replicas in the claim; the
+	// default cap, a share of this replica's workers, stays this
+	// replica's (its scheduler applies every cap locally too).
+	order := ClaimOrder{Weights: map[string]int{}, Caps: map[string]int{}, DefaultCap: s.cfg.Queue.TenantMaxRunning}
 	for t, sh := range s.cfg.Shares {
 		order.Weights[t] = sh.Weight
+		if sh.MaxRunning > 0 {
+			order.Caps[t] = sh.MaxRunning
+		}
 	}
 	backoff := 50 * time.Millisecond
 	for {

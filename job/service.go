@@ -43,10 +43,13 @@ import (
 type Service struct {
 	cfg Config
 	st  Store
-	reg *tools.Registry
-	r   runner.Runner // nil: sandboxed tools fail with reason internal
-	log *slog.Logger
-	m   *Metrics
+	// atomic is st when it spends the guard's units with the job's
+	// insert (guard_shared.go); nil: the in-memory guard.
+	atomic AtomicSpender
+	reg    *tools.Registry
+	r      runner.Runner // nil: sandboxed tools fail with reason internal
+	log    *slog.Logger
+	m      *Metrics
 	// cache answers identical calls of cacheable tools (cache.go); nil:
 	// no cache.
 	cache *resultCache
@@ -168,6 +171,9 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 		runCancel: cancel,
 		quit:      make(chan struct{}),
 		sessions:  make(map[string]*liveSession),
+	}
+	if a, ok := st.(AtomicSpender); ok && cfg.Guard != nil {
+		s.atomic = a
 	}
 	if cfg.Replica != nil {
 		if s.rep, err = newReplica(*cfg.Replica, st); err != nil {

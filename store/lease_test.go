@@ -352,3 +352,54 @@ func TestFencedTakesOwner(t *testing.T) {
 		t.Fatalf("the approved job made running by its owner: %v", err)
 	}
 }
+
+// A tenant's running cap holds across replicas: six claimers on three
+// replicas' pools, woken together, take at most the cap of its jobs
+// between them (claims are serialised; each sees the others' claims).
+func TestClaimCapAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Shared(t).NewDatabase(t)
+	ctx := t.Context()
+	var stores []*Postgres
+	var leases []Lease
+	for i := range 3 {
+		s := openPG(t, url)
+		l, err := s.Join(ctx, fmt.Sprintf("r%d", i), "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores, leases = append(stores, s), append(leases, l)
+	}
+	for i := range 50 {
+		if err := stores[0].Create(ctx, storetest.NewJob(fmt.Sprintf("j%03d", i), "acme", base.Add(time.Duration(i)*time.Millisecond))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	order := job.ClaimOrder{Caps: map[string]int{"acme": 3}}
+	for round := range 20 {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		claimed := 0
+		for i := range 6 {
+			wg.Go(func() {
+				<-start
+				cs, err := stores[i%3].Claim(ctx, leases[i%3], 3, order)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				claimed += len(cs)
+				mu.Unlock()
+			})
+		}
+		close(start)
+		wg.Wait()
+		if claimed != 3 {
+			t.Fatalf("round %d: %d jobs claimed with a cap of 3, want 3", round, claimed)
+		}
+		if _, err := stores[0].pool.Exec(ctx, `UPDATE jobs SET owner = '', owner_epoch = 0`); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
