@@ -119,7 +119,13 @@ func (s *server) startProcHeld(req ExecRequest, held bool) (*proc, ExecResult, e
 	}
 	cmd.Stdout, cmd.Stderr = p.streams[0].w, p.streams[1].w
 
-	if err := procs.start(cmd); err != nil {
+	started, err := s.opts.CodeUser.wrap(cmd)
+	if err != nil {
+		return nil, ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
+	err = procs.start(cmd)
+	started()
+	if err != nil {
 		return nil, startFailure(err, start), nil
 	}
 	ok = true
