@@ -30,6 +30,24 @@ const (
 // same request (held.matches); any other exec discards it first, so the
 // exec sees the sandbox as if nothing had been started ahead of it.
 func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte) (ExecResult, error) {
+	before := int64(-1)
+	if s.opts.CgroupOOM {
+		before = oomKills()
+	}
+	s.execs.Add(1)
+	res, err := s.runExecOnce(ctx, req, emit, stdin)
+	if s.execs.Add(-1) == 0 && s.opts.KillStrays {
+		if n := killStrays(); n > 0 {
+			s.log.Debug("killed processes that left the agent's session", "count", n)
+		}
+	}
+	if before >= 0 && res.Signal == "SIGKILL" && !res.TimedOut && oomKills() > before {
+		res.OOMKilled = true
+	}
+	return res, err
+}
+
+func (s *server) runExecOnce(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte) (ExecResult, error) {
 	s.repl.dropWarm() // an exec finds no interpreter that no cell used
 	if p := s.takeHeld(); p != nil {
 		if p.matches(req) && p.alive() {

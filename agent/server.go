@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,6 +34,16 @@ type ServerOptions struct {
 	// CAP_CHOWN for that, and CAP_KILL to kill the code's processes. nil:
 	// processes run as the agent's own user and files stay the agent's.
 	CodeUser *User
+	// CgroupOOM: an exec's process killed by SIGKILL while the
+	// container's memory cgroup counted an OOM kill (its memory.events or
+	// memory.oom_control, read from inside) is reported OOMKilled. For
+	// runners that cannot read the cgroup from the host.
+	CgroupOOM bool
+	// KillStrays: when the last running exec ends, processes that left
+	// the agent's session (setsid daemons) are killed. For runners that
+	// cannot do it from the host; needs the agent alone in its pid
+	// namespace.
+	KillStrays bool
 
 	// disableProcs answers exec and repl with an error (fuzzing).
 	disableProcs bool
@@ -49,6 +60,8 @@ type server struct {
 	rootAbs  string
 	repl     *pyREPL
 	shutdown chan struct{}
+
+	execs atomic.Int64 // running execs (KillStrays)
 
 	heldMu     sync.Mutex
 	held       *proc // started by prestart, waiting for its exec

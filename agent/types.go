@@ -38,6 +38,9 @@ type ExecResult struct {
 	Duration        time.Duration `json:"duration"`
 	// KilledAt is when the agent sent the kill of a timed-out process.
 	KilledAt time.Time `json:"killed_at,omitempty"`
+	// OOMKilled: the memory cgroup's OOM killer killed it, as the agent
+	// saw from inside (ServerOptions.CgroupOOM).
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // REPLRequest runs one cell in the agent's persistent Python interpreter.

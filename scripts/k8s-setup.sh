@@ -38,7 +38,9 @@
 #             runsc-sandboxd wrapper of scripts/containerd-setup.sh through
 #             the runc v2 shim) when runsc is installed.
 #
-# Usage: scripts/k8s-setup.sh [--quiet]   (then: eval "$(cat $K8S_STATE/env)")
+# Usage: scripts/k8s-setup.sh [--quiet] [--build-only]   (then: . $K8S_STATE/env)
+#        --build-only: only build (or find cached) the binaries; needs Go,
+#        not dockerd (scripts/test.sh runs it while the images build).
 #        scripts/k8s-down.sh [--purge]    stops it and removes what it made
 # Env: K8S_STATE, K8S_CACHE, K8S_POD_PIDS_LIMIT, K8S_WAIT (seconds, default 120).
 # Needs dockerd with sandboxd/python:latest (scripts/docker-setup.sh,
@@ -53,7 +55,14 @@ cni_bin=$cache/cni
 pids_limit=${K8S_POD_PIDS_LIMIT:-64}
 wait_s=${K8S_WAIT:-120}
 quiet=""
-[ "${1:-}" = --quiet ] && quiet=1
+build_only=""
+for a in "$@"; do
+	case "$a" in
+	--quiet) quiet=1 ;;
+	--build-only) build_only=1 ;;
+	*) echo "k8s-setup: unknown argument $a" >&2; exit 2 ;;
+	esac
+done
 export PATH="/usr/local/go/bin:$PATH"
 
 k8s_version=v1.37.2
@@ -133,6 +142,11 @@ install_bin "$bin" kube-router "github.com/cloudnativelabs/kube-router/v2/cmd/ku
 for p in main/bridge ipam/host-local main/loopback; do
 	install_bin "$cni_bin" "${p#*/}" "github.com/containernetworking/plugins/plugins/$p@$cni_version"
 done
+
+if [ -n "$build_only" ]; then
+	say "binaries ok ($bin, $cni_bin)"
+	exit 0
+fi
 
 # This checkout's static agent, pause and seccomp writer (seconds when the
 # Go build cache is warm).
@@ -220,6 +234,14 @@ if [ -d /sys/fs/cgroup/cpuset/$cg ]; then
 	[ -n "$(cat /sys/fs/cgroup/cpuset/$cg/cpuset.mems)" ] || cat /sys/fs/cgroup/cpuset/cpuset.mems >/sys/fs/cgroup/cpuset/$cg/cpuset.mems
 fi
 
+# The kubelet's root holds the pods' emptyDirs (the workspace): nosuid
+# and nodev there as the other runners mount it (bind mounts keep the
+# flags of the mount they come from).
+if ! mountpoint -q "$state/kubelet"; then
+	mount --bind "$state/kubelet" "$state/kubelet"
+	mount -o remount,bind,nosuid,nodev "$state/kubelet"
+fi
+
 # ---- 4. configs -------------------------------------------------------------
 runsc_wrapper=/usr/local/bin/runsc-sandboxd # scripts/containerd-setup.sh writes it
 runsc_runtime=""
@@ -260,6 +282,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   disable_apparmor = true
   # root here lacks CAP_SYS_RESOURCE: it cannot lower oom_score_adj
   restrict_oom_score_adj = true
+  # pods' network namespaces under $state, not the host's /run/netns
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -298,6 +322,7 @@ clusterDomain: cluster.local
 clusterDNS: []
 resolvConf: ""
 staticPodPath: ""
+podLogsDir: $state/pod-logs
 imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 evictionHard:
@@ -385,34 +410,43 @@ fi
 import sandboxd.local/pause:1 "$state/build/pause.tar" "$pause_id"
 
 # sandboxd/python plus this checkout's agent, built by dockerd (classic
-# builder) and tagged by the content it depends on.
-if [ -x /usr/bin/docker ]; then DOCKER=/usr/bin/docker; else DOCKER=$(command -v docker); fi
-python_id=$(DOCKER_BUILDKIT=0 "$DOCKER" image inspect -f '{{.Id}}' sandboxd/python:latest 2>/dev/null) || {
-	echo "k8s-setup: docker image sandboxd/python:latest missing (run scripts/build-images.sh)" >&2
-	exit 1
+# builder) and tagged by the content it depends on; in the background
+# while the control plane starts (the tests need it, the node does not).
+python_image() {
+	if [ -x /usr/bin/docker ]; then DOCKER=/usr/bin/docker; else DOCKER=$(command -v docker); fi
+	local python_id img_hash agent_img ctx
+	python_id=$("$DOCKER" image inspect -f '{{.Id}}' sandboxd/python:latest 2>/dev/null) || {
+		echo "k8s-setup: docker image sandboxd/python:latest missing (run scripts/build-images.sh)" >&2
+		return 1
+	}
+	img_hash=$( { echo "$python_id v2"; sha256sum <"$state/build/sandbox-agent"; } | sha256sum | cut -c1-12)
+	agent_img=sandboxd/python-k8s:$img_hash
+	if ! "$DOCKER" image inspect "$agent_img" >/dev/null 2>&1; then
+		say "docker build $agent_img (sandboxd/python + the agent)"
+		ctx=$state/build/agent-image
+		rm -rf "$ctx"
+		mkdir -p "$ctx"
+		cp "$state/build/sandbox-agent" "$ctx/sandbox-agent"
+		# The agent's directory (the token Secret is mounted in it) is
+		# root's 0700 as the other runners make it: closed to the code.
+		printf 'FROM sandboxd/python:latest\nUSER root\nRUN chown 0:0 /run/sandboxd \\\n && chmod 0700 /run/sandboxd\nCOPY sandbox-agent /run/sandboxd-agent/sandbox-agent\nUSER 65534:65534\n' >"$ctx/Dockerfile"
+		DOCKER_BUILDKIT=0 "$DOCKER" build -q -t "$agent_img" "$ctx" >/dev/null
+		# Only the newest such tag is kept.
+		"$DOCKER" image ls --format '{{.Repository}}:{{.Tag}}' sandboxd/python-k8s | grep -vx "$agent_img" | xargs -r "$DOCKER" rmi >/dev/null 2>&1 || true
+	fi
+	if [ "$(cat "$state/images/docker.io_sandboxd_python_latest.id" 2>/dev/null)" != "$img_hash" ] ||
+		! ctr -a "$sock" -n k8s.io images check "name==docker.io/sandboxd/python:latest" 2>/dev/null | grep -q complete; then
+		say "docker save $agent_img"
+		"$DOCKER" save -o "$state/build/python-k8s.tar" "$agent_img"
+		import "docker.io/$agent_img" "$state/build/python-k8s.tar" "$img_hash"
+		ctr -a "$sock" -n k8s.io images tag --force "docker.io/$agent_img" docker.io/sandboxd/python:latest >/dev/null
+		echo "$img_hash" >"$state/images/docker.io_sandboxd_python_latest.id"
+		rm -f "$state/build/python-k8s.tar"
+		say "imported docker.io/sandboxd/python:latest"
+	fi
 }
-img_hash=$( { echo "$python_id"; sha256sum "$state/build/sandbox-agent"; } | sha256sum | cut -c1-12)
-agent_img=sandboxd/python-k8s:$img_hash
-if ! "$DOCKER" image inspect "$agent_img" >/dev/null 2>&1; then
-	say "docker build $agent_img (sandboxd/python + the agent)"
-	ctx=$state/build/agent-image
-	rm -rf "$ctx"
-	mkdir -p "$ctx"
-	cp "$state/build/sandbox-agent" "$ctx/sandbox-agent"
-	printf 'FROM sandboxd/python:latest\nCOPY sandbox-agent /run/sandboxd-agent/sandbox-agent\n' >"$ctx/Dockerfile"
-	DOCKER_BUILDKIT=0 "$DOCKER" build -q -t "$agent_img" "$ctx" >/dev/null
-	# Only the newest such tag is kept.
-	"$DOCKER" image ls --format '{{.Repository}}:{{.Tag}}' sandboxd/python-k8s | grep -vx "$agent_img" | xargs -r "$DOCKER" rmi >/dev/null 2>&1 || true
-fi
-if [ "$(cat "$state/images/docker.io_sandboxd_python_latest.id" 2>/dev/null)" != "$img_hash" ] ||
-	! ctr -a "$sock" -n k8s.io images check "name==docker.io/sandboxd/python:latest" 2>/dev/null | grep -q complete; then
-	say "docker save $agent_img"
-	"$DOCKER" save -o "$state/build/python-k8s.tar" "$agent_img"
-	import "docker.io/$agent_img" "$state/build/python-k8s.tar" "$img_hash"
-	ctr -a "$sock" -n k8s.io images tag --force "docker.io/$agent_img" docker.io/sandboxd/python:latest >/dev/null
-	echo "$img_hash" >"$state/images/docker.io_sandboxd_python_latest.id"
-	rm -f "$state/build/python-k8s.tar"
-fi
+python_image &
+python_image_pid=$!
 
 etcd_up() { curl -s --max-time 2 http://127.0.0.1:23790/health | grep -q '"health":"true"'; }
 until_ok etcd etcd_up
@@ -448,6 +482,8 @@ start kube-router "$bin/kube-router" --kubeconfig="$pki/admin.kubeconfig" --run-
 	--health-port=20345 --service-cluster-ip-range=10.96.0.0/16
 router_up() { curl -s --max-time 2 http://127.0.0.1:20345/healthz >/dev/null 2>&1; }
 until_ok kube-router router_up
+
+wait "$python_image_pid" || { echo "k8s-setup: the sandbox image failed" >&2; exit 1; }
 
 # ---- 6. namespace, RuntimeClass, env ----------------------------------------
 create() { # path json: POST unless it exists

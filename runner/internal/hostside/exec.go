@@ -103,6 +103,7 @@ func ExecResult(ar agent.ExecResult, req agent.ExecRequest, limits runner.Limits
 	if sig := int(unix.SignalNum(res.Signal)); sig != 0 && res.ExitCode <= 0 {
 		res.ExitCode = 128 + sig
 	}
+	res.OOMKilled = ar.OOMKilled // the agent's view (agent.ServerOptions.CgroupOOM), without a host cgroup
 	if cg != nil {
 		res.OOMKilled = res.Signal == "SIGKILL" && !res.TimedOut && after.OOMKills > before.OOMKills
 		res.Usage = runner.Usage{CPU: after.CPU - before.CPU, PeakMemory: after.Peak}
