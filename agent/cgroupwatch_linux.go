@@ -8,13 +8,14 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // Where the agent watches its own container from inside, for runners
 // whose sandboxd cannot read the container's cgroup or kill its
-// processes from the host (the Kubernetes runner: ServerOptions.CgroupOOM
+// processes from the host (the Kubernetes runner: ServerOptions.CgroupUsage
 // and KillStrays).
 
 // oomFiles hold the memory cgroup's "oom_kill N" counter as a container
@@ -22,15 +23,45 @@ import (
 var oomFiles = []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"}
 
 // oomKills is the container's OOM kill count, -1 when no file has one.
-func oomKills() int64 {
-	for _, f := range oomFiles {
+func oomKills() int64 { return keyedFirst(oomFiles, "oom_kill") }
+
+// cgroupUsage is the container's CPU time and peak memory so far (v2,
+// then v1; 0 where unreadable).
+func cgroupUsage() (cpu time.Duration, peak int64) {
+	if us := keyedFirst([]string{"/sys/fs/cgroup/cpu.stat"}, "usage_usec"); us >= 0 {
+		cpu = time.Duration(us) * time.Microsecond
+	} else if ns := singleFirst("/sys/fs/cgroup/cpuacct/cpuacct.usage", "/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage"); ns > 0 {
+		cpu = time.Duration(ns)
+	}
+	return cpu, max(singleFirst("/sys/fs/cgroup/memory.peak", "/sys/fs/cgroup/memory/memory.max_usage_in_bytes"), 0)
+}
+
+// singleFirst is the number in the first of files that holds one, -1
+// when none does.
+func singleFirst(files ...string) int64 {
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			return n
+		}
+	}
+	return -1
+}
+
+// keyedFirst is the value of the "key N" line of the first of files that
+// has one, -1 when none does.
+func keyedFirst(files []string, key string) int64 {
+	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), " "); ok && k == "oom_kill" {
+			if k, v, ok := strings.Cut(sc.Text(), " "); ok && k == key {
 				if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
 					return n
 				}

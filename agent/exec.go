@@ -30,9 +30,10 @@ const (
 // same request (held.matches); any other exec discards it first, so the
 // exec sees the sandbox as if nothing had been started ahead of it.
 func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte) (ExecResult, error) {
-	before := int64(-1)
-	if s.opts.CgroupOOM {
+	before, cpu0 := int64(-1), time.Duration(0)
+	if s.opts.CgroupUsage {
 		before = oomKills()
+		cpu0, _ = cgroupUsage()
 	}
 	s.execs.Add(1)
 	res, err := s.runExecOnce(ctx, req, emit, stdin)
@@ -41,8 +42,10 @@ func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string,
 			s.log.Debug("killed processes that left the agent's session", "count", n)
 		}
 	}
-	if before >= 0 && res.Signal == "SIGKILL" && !res.TimedOut && oomKills() > before {
-		res.OOMKilled = true
+	if s.opts.CgroupUsage {
+		res.OOMKilled = before >= 0 && res.Signal == "SIGKILL" && !res.TimedOut && oomKills() > before
+		cpu1, peak := cgroupUsage()
+		res.CPU, res.PeakMemory = max(cpu1-cpu0, 0), peak
 	}
 	return res, err
 }

@@ -34,11 +34,12 @@ type ServerOptions struct {
 	// CAP_CHOWN for that, and CAP_KILL to kill the code's processes. nil:
 	// processes run as the agent's own user and files stay the agent's.
 	CodeUser *User
-	// CgroupOOM: an exec's process killed by SIGKILL while the
-	// container's memory cgroup counted an OOM kill (its memory.events or
-	// memory.oom_control, read from inside) is reported OOMKilled. For
-	// runners that cannot read the cgroup from the host.
-	CgroupOOM bool
+	// CgroupUsage: each exec's result carries the container's memory
+	// cgroup as the agent reads it from inside: OOMKilled for a process
+	// killed by SIGKILL while the cgroup counted an OOM kill, the CPU
+	// time used meanwhile and the peak memory. For runners that cannot
+	// read the cgroup from the host.
+	CgroupUsage bool
 	// KillStrays: when the last running exec ends, processes that left
 	// the agent's session (setsid daemons) are killed. For runners that
 	// cannot do it from the host; needs the agent alone in its pid

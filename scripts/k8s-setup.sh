@@ -152,7 +152,12 @@ fi
 # Go build cache is warm).
 mkdir -p "$state"/{build,logs,run,pki,etcd,cni/net.d,cni/ipam,containerd,kubelet/seccomp,kubelet/pki,images}
 (cd "$root" && CGO_ENABLED=0 go build -trimpath -o "$state/build/" ./cmd/sandbox-agent ./runner/kubernetes/cmd/k8s-pause ./runner/kubernetes/cmd/k8s-seccomp)
-"$state/build/k8s-seccomp" "$state/kubelet/seccomp" >/dev/null
+mkdir -p "$state/bin"
+"$state/build/k8s-seccomp" "$state/kubelet/seccomp" "$state/bin/paths.json" >/dev/null
+# runc with the policy's masked and read-only paths (scripts/k8s/runc-masked.sh).
+sed "s#@RUNC@#$(command -v runc)#" "$root/scripts/k8s/runc-masked.sh" >"$state/bin/runc.tmp"
+chmod 0755 "$state/bin/runc.tmp"
+mv "$state/bin/runc.tmp" "$state/bin/runc"
 
 # ---- 2. PKI (openssl, once) -------------------------------------------------
 pki=$state/pki
@@ -292,6 +297,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "$state/runc"
+        BinaryName = "$state/bin/runc"
 $runsc_runtime
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$cni_bin"

@@ -77,7 +77,7 @@ func run() error {
 	egressSocket := flag.String("egress-socket", "", "unix socket of sandboxd's egress proxy that --egress-listen forwards to")
 	uid := flag.Int("uid", codeID, "uid of every process the agent starts (the code) and of the files it creates")
 	gid := flag.Int("gid", codeID, "gid of every process the agent starts (the code) and of the files it creates")
-	cgroupOOM := flag.Bool("cgroup-oom", false, "report an exec killed by SIGKILL as OOM-killed when the container's memory cgroup counted an OOM kill meanwhile (read from inside; the Kubernetes runner)")
+	cgroupUsage := flag.Bool("cgroup-usage", false, "give each exec's result the container's cgroup as read from inside: OOM-killed (SIGKILL while the memory cgroup counted an OOM kill), CPU time, peak memory (the Kubernetes runner)")
 	killStrays := flag.Bool("kill-strays", false, "when the last running exec ends, kill the processes that left the agent's session (setsid daemons); needs the agent alone in its pid namespace (the Kubernetes runner)")
 	codeSeccomp := flag.String("code-seccomp", "", "file of a raw seccomp filter (struct sock_filter[]) every process of the code gets on top of the agent's own (the Kubernetes runner: its agent needs inet sockets the code may not have); needs --uid other than the agent's")
 	flag.Parse()
@@ -137,13 +137,13 @@ func run() error {
 		go agent.Reap(ctx)
 	}
 	opts := agent.ServerOptions{
-		Root:       *root,
-		PythonPath: *python,
-		Env:        baseEnv(),
-		Logger:     logger,
-		CodeUser:   user,
-		CgroupOOM:  *cgroupOOM,
-		KillStrays: *killStrays,
+		Root:        *root,
+		PythonPath:  *python,
+		Env:         baseEnv(),
+		Logger:      logger,
+		CodeUser:    user,
+		CgroupUsage: *cgroupUsage,
+		KillStrays:  *killStrays,
 	}
 	if *egressListen != "" {
 		// Before "ready": no sandboxed code runs until the proxy address

@@ -95,7 +95,7 @@ func buildPod(in podInput) *corev1.Pod {
 	tmpSize, _ := l.Tmpfs(in.TmpBytes)
 	cmd := []string{"/usr/bin/env", "-i", in.AgentBinary,
 		"--listen-tcp", fmt.Sprintf("0.0.0.0:%d", in.AgentPort), "--token-file", path.Join(tokenDir, tokenKey),
-		"--code-seccomp", path.Join(tokenDir, filterKey), "--cgroup-oom", "--kill-strays",
+		"--code-seccomp", path.Join(tokenDir, filterKey), "--cgroup-usage", "--kill-strays",
 		"--root", runner.WorkspaceDir, "--uid", fmt.Sprint(policy.CodeUID), "--gid", fmt.Sprint(policy.CodeGID)}
 	ports := []corev1.ContainerPort{{Name: "agent", ContainerPort: int32(in.AgentPort), Protocol: corev1.ProtocolTCP}}
 	if in.Spec.Isolation.Network == runner.NetworkEgress {
