@@ -106,15 +106,17 @@ func keyedCall(c *http.Client, base, key, tool string, args map[string]any) erro
 	return keyedCallCtx(context.Background(), c, base, key, tool, args)
 }
 
-// keyedCallCtx runs a call as the key's tenant and waits for it; an error
-// unless it succeeded.
+// keyedCallCtx runs a call as the key's tenant (no key: the default
+// tenant) and waits for it; an error unless it succeeded.
 func keyedCallCtx(ctx context.Context, c *http.Client, base, key, tool string, args map[string]any) error {
 	body, _ := json.Marshal(map[string]any{"tool": tool, "arguments": args})
 	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/jobs?wait=true", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+key)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {

@@ -5,7 +5,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -202,18 +201,5 @@ func measurePaced(b *testing.B, before func() error, fn func() error) {
 }
 
 func apiCall(c *http.Client, base, tool string, args map[string]any) error {
-	body, _ := json.Marshal(map[string]any{"tool": tool, "arguments": args})
-	resp, err := c.Post(base+"/v1/jobs?wait=true", "application/json", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	var j jobView
-	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
-		return err
-	}
-	if resp.StatusCode != 200 || j.Result == nil || !j.Result.OK {
-		return fmt.Errorf("%s: status %d job %+v", tool, resp.StatusCode, j)
-	}
-	return nil
+	return keyedCallCtx(context.Background(), c, base, "", tool, args)
 }
