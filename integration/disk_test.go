@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +30,23 @@ func mountsUnder(t testing.TB, dir string) []string {
 		}
 	}
 	return out
+}
+
+// workspaceWith is the workspace mount point below root whose file name
+// holds content (a marker a session wrote into its workspace).
+func workspaceWith(t testing.TB, root, name, content string) string {
+	t.Helper()
+	var found []string
+	for _, m := range mountsUnder(t, root) {
+		dir := strings.Fields(m)[0]
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil && strings.TrimSpace(string(b)) == content {
+			found = append(found, dir)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("workspace mounts below %s holding %s = %q: %v (all: %v)", root, name, content, found, mountsUnder(t, root))
+	}
+	return found[0]
 }
 
 // loopsBackedUnder lists the loop devices whose image lives below dir.
@@ -165,7 +183,13 @@ func TestDiskLimitsThroughAPI(t *testing.T) {
 // TestWorkspacesReleasedAfterKill: sandboxd is killed with SIGKILL while
 // sessions and a running job hold workspaces; their mounts stay until the
 // next start, which releases them (and their loop devices), while another
-// sandboxd's workspaces on the same host are untouched.
+// sandboxd's workspaces on the same host are untouched: every mount it had
+// before the kill, and the workspaces of its two sessions, one that made its
+// own (sessions/<id>) and one that took a pooled sandbox and kept that
+// sandbox's workspace (pool/<id>: job/pool.go usePooledSession). Which of
+// the two a session gets depends on whether the pool is ready when it is
+// created, so each is made on purpose and found by a marker file it wrote,
+// not by its path.
 func TestWorkspacesReleasedAfterKill(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -179,9 +203,35 @@ func TestWorkspacesReleasedAfterKill(t *testing.T) {
 				needDocker(t)
 			}
 			other := startServerArgs(t, "", tc.args...)
+			otherRoot := filepath.Join(other.DataDir, "workspaces")
+			// Its own workspace: limits no pooled profile has.
+			var own sessionView
+			if resp, data := other.do("POST", "/v1/sessions", "", map[string]any{"limits": map[string]any{"disk_bytes": 48 << 20}}, &own); resp.StatusCode != 201 {
+				t.Fatalf("create: %d %s", resp.StatusCode, data)
+			}
+			// A pooled sandbox's workspace: made once the pool is ready.
+			if err := waitPoolReady(other.MetricsURL, 1); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // ready means made; its REPL warms meanwhile
+			hits := metricValue(t, other, "sandboxd_pool_hits_total")
 			var keep sessionView
 			if resp, data := other.do("POST", "/v1/sessions", "", map[string]any{}, &keep); resp.StatusCode != 201 {
 				t.Fatalf("create: %d %s", resp.StatusCode, data)
+			}
+			if h := metricValue(t, other, "sandboxd_pool_hits_total"); h != hits+1 {
+				t.Fatalf("pool hits %v → %v: the session did not take a pooled sandbox", hits, h)
+			}
+			otherWS := map[string]string{} // session → its workspace on the host
+			for _, id := range []string{own.ID, keep.ID} {
+				other.runIn(id, "bash", map[string]any{"command": "echo " + id + " > .marker"})
+				otherWS[id] = workspaceWith(t, otherRoot, ".marker", id)
+			}
+			if want := filepath.Join(otherRoot, "sessions", own.ID); otherWS[own.ID] != want {
+				t.Fatalf("session %s's workspace is %s, want %s", own.ID, otherWS[own.ID], want)
+			}
+			if !strings.HasPrefix(otherWS[keep.ID], filepath.Join(otherRoot, "pool")+"/") {
+				t.Fatalf("pooled session %s's workspace is %s, want one under pool/", keep.ID, otherWS[keep.ID])
 			}
 			s := startServerArgs(t, "pool:\n  size: 1\nshutdown_timeout: 5s\n", tc.args...)
 			root := filepath.Join(s.DataDir, "workspaces")
@@ -205,6 +255,7 @@ func TestWorkspacesReleasedAfterKill(t *testing.T) {
 			if len(before) < 3 {
 				t.Fatalf("want 3 workspace mounts or more (2 sessions, 1 job, pooled), have %v", before)
 			}
+			otherBefore := mountsUnder(t, otherRoot)
 			s.stop(syscall.SIGKILL)
 			if left := mountsUnder(t, root); len(left) != len(before) {
 				t.Fatalf("mounts after the kill: %v, before %v (the test proves nothing)", left, before)
@@ -227,12 +278,20 @@ func TestWorkspacesReleasedAfterKill(t *testing.T) {
 			s.stop(syscall.SIGTERM)
 			waitGone(t, "mounts after a clean stop", func() []string { return mountsUnder(t, root) })
 			waitGone(t, "loop devices", func() []string { return loopsBackedUnder(root) })
-			otherWS := filepath.Join(other.DataDir, "workspaces", "sessions", keep.ID)
-			if m := mountsUnder(t, filepath.Dir(otherWS)); len(m) != 1 {
-				t.Fatalf("the other sandboxd's session workspace: %v", m)
+			// The other's mounts may grow (its pool refills), never lose one.
+			otherAfter := mountsUnder(t, otherRoot)
+			for _, m := range otherBefore {
+				if !slices.Contains(otherAfter, m) {
+					t.Errorf("the other sandboxd's mount %s is gone (before %v, after %v)", m, otherBefore, otherAfter)
+				}
 			}
-			if j := other.runIn(keep.ID, "bash", map[string]any{"command": "echo alive > f && cat f"}); !strings.Contains(j.Result.Content, "alive") {
-				t.Fatalf("the other sandboxd's session: %+v", j.Result)
+			for id, ws := range otherWS {
+				if b, err := os.ReadFile(filepath.Join(ws, ".marker")); err != nil || strings.TrimSpace(string(b)) != id {
+					t.Errorf("the other sandboxd's session %s workspace %s: marker %q, %v", id, ws, b, err)
+				}
+				if j := other.runIn(id, "bash", map[string]any{"command": "cat .marker && echo alive > f && cat f"}); !strings.Contains(j.Result.Content, id) || !strings.Contains(j.Result.Content, "alive") {
+					t.Errorf("the other sandboxd's session %s: %+v", id, j.Result)
+				}
 			}
 		})
 	}

@@ -28,6 +28,11 @@ const (
 	tokenKey  = "token"
 	filterKey = "seccomp" // the code's raw filter (agent --code-seccomp)
 	container = "sandbox"
+	// fillContainer is the init container of a pod with a read-only
+	// workspace: the same agent with the workspace emptyDir writable,
+	// which sandboxd fills and then shuts down; the sandbox container
+	// mounts that emptyDir read-only.
+	fillContainer = "workspace-fill"
 )
 
 // podName is the Pod's (and its Secret's) name for sandbox id: a
@@ -88,8 +93,12 @@ func ptr[T any](v T) *T { return &v }
 // a read-only root, memory-backed /tmp and /dev/shm, the workspace an
 // emptyDir of the disk limit, the token Secret 0400 (only the agent reads
 // it), no service account token, no service links, no host namespaces or
-// paths, the policy's seccomp profile, limits equal to requests. Pure:
-// tests check it without a cluster.
+// paths, the policy's seccomp profile, limits equal to requests. A
+// read-only workspace (the file_read row) is mounted read-only in the
+// sandbox container, the only container that runs code; the init
+// container fillContainer (the agent alone, the same isolation) has it
+// writable for sandboxd to fill before the sandbox container starts.
+// Pure: tests check it without a cluster.
 func buildPod(in podInput) *corev1.Pod {
 	l := in.Limits
 	tmpSize, _ := l.Tmpfs(in.TmpBytes)
@@ -97,6 +106,7 @@ func buildPod(in podInput) *corev1.Pod {
 		"--listen-tcp", fmt.Sprintf("0.0.0.0:%d", in.AgentPort), "--token-file", path.Join(tokenDir, tokenKey),
 		"--code-seccomp", path.Join(tokenDir, filterKey), "--cgroup-usage", "--kill-strays",
 		"--root", runner.WorkspaceDir, "--uid", fmt.Sprint(policy.CodeUID), "--gid", fmt.Sprint(policy.CodeGID)}
+	fillCmd := append([]string(nil), cmd...) // no egress: it runs no code
 	ports := []corev1.ContainerPort{{Name: "agent", ContainerPort: int32(in.AgentPort), Protocol: corev1.ProtocolTCP}}
 	if in.Spec.Isolation.Network == runner.NetworkEgress {
 		// The proxy on the pod's loopback, carried over connections
@@ -116,15 +126,18 @@ func buildPod(in podInput) *corev1.Pod {
 			SecretName: in.Name, DefaultMode: ptr(int32(0o400)), Items: []corev1.KeyToPath{{Key: tokenKey, Path: tokenKey, Mode: ptr(int32(0o400))}, {Key: filterKey, Path: filterKey, Mode: ptr(int32(0o400))}},
 		}}},
 	}
+	fillMounts := append([]corev1.VolumeMount(nil), mounts...)
 	ephemeral := int64(64 << 20) // the container's writable layer (none: read-only root) and logs
-	if in.Spec.Isolation.Workspace != runner.WorkspaceNone {
+	mode := in.Spec.Isolation.Workspace
+	if mode != runner.WorkspaceNone {
 		ws := corev1.EmptyDirVolumeSource{}
 		if l.DiskBytes > 0 {
 			ws.SizeLimit = resource.NewQuantity(l.DiskBytes, resource.BinarySI)
 			ephemeral += l.DiskBytes
 		}
 		volumes = append(volumes, corev1.Volume{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &ws}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "workspace", MountPath: runner.WorkspaceDir})
+		mounts = append(mounts, corev1.VolumeMount{Name: "workspace", MountPath: runner.WorkspaceDir, ReadOnly: mode == runner.WorkspaceReadOnly})
+		fillMounts = append(fillMounts, corev1.VolumeMount{Name: "workspace", MountPath: runner.WorkspaceDir})
 	}
 	res := corev1.ResourceList{
 		corev1.ResourceMemory:           *resource.NewQuantity(l.MemoryBytes, resource.BinarySI),
@@ -132,6 +145,30 @@ func buildPod(in podInput) *corev1.Pod {
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(ephemeral, resource.BinarySI),
 	}
 	seccomp := in.Seccomp
+	agentContainer := func(name string, cmd []string, ports []corev1.ContainerPort, mounts []corev1.VolumeMount) corev1.Container {
+		return corev1.Container{
+			Name:            name,
+			Image:           in.Image,
+			ImagePullPolicy: corev1.PullNever,
+			Command:         cmd,
+			WorkingDir:      "/",
+			Ports:           ports,
+			Resources:       corev1.ResourceRequirements{Limits: res, Requests: res},
+			VolumeMounts:    mounts,
+			SecurityContext: &corev1.SecurityContext{
+				RunAsUser:                ptr(int64(hostside.AgentUID)),
+				RunAsGroup:               ptr(int64(hostside.AgentGID)),
+				RunAsNonRoot:             ptr(false),
+				Privileged:               ptr(false),
+				AllowPrivilegeEscalation: ptr(false),
+				ReadOnlyRootFilesystem:   ptr(true),
+				ProcMount:                ptr(corev1.DefaultProcMount),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: agentCaps()},
+				SeccompProfile:           &seccomp,
+			},
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		}
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: in.Namespace, Labels: in.Labels, Annotations: in.Annotations},
 		Spec: corev1.PodSpec{
@@ -149,30 +186,12 @@ func buildPod(in podInput) *corev1.Pod {
 			SecurityContext: &corev1.PodSecurityContext{
 				SeccompProfile: &seccomp,
 			},
-			Containers: []corev1.Container{{
-				Name:            container,
-				Image:           in.Image,
-				ImagePullPolicy: corev1.PullNever,
-				Command:         cmd,
-				WorkingDir:      "/",
-				Ports:           ports,
-				Resources:       corev1.ResourceRequirements{Limits: res, Requests: res},
-				VolumeMounts:    mounts,
-				SecurityContext: &corev1.SecurityContext{
-					RunAsUser:                ptr(int64(hostside.AgentUID)),
-					RunAsGroup:               ptr(int64(hostside.AgentGID)),
-					RunAsNonRoot:             ptr(false),
-					Privileged:               ptr(false),
-					AllowPrivilegeEscalation: ptr(false),
-					ReadOnlyRootFilesystem:   ptr(true),
-					ProcMount:                ptr(corev1.DefaultProcMount),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: agentCaps()},
-					SeccompProfile:           &seccomp,
-				},
-				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			}},
-			Volumes: volumes,
+			Containers: []corev1.Container{agentContainer(container, cmd, ports, mounts)},
+			Volumes:    volumes,
 		},
+	}
+	if mode == runner.WorkspaceReadOnly {
+		pod.Spec.InitContainers = []corev1.Container{agentContainer(fillContainer, fillCmd, ports[:1], fillMounts)}
 	}
 	if in.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = ptr(in.RuntimeClass)

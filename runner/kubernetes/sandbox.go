@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -37,13 +38,19 @@ type Pod struct {
 	// Created, Running: when the Pod was created and seen running.
 	Created, Running time.Time
 	r                *Runner
+	pod              *corev1.Pod // as last seen
+	// fill: a read-only workspace's pod whose init container (the
+	// agent that fills the workspace) runs: FillWorkspace is next.
+	fill bool
 }
 
 // StartPod creates sandbox spec's Secret and Pod and waits until the pod
-// runs with an IP; spec must have passed hostside.Reserve (Create does
-// it). On failure nothing is left behind.
+// runs with an IP (with a read-only workspace: until its init container,
+// the agent that fills the workspace, runs; FillWorkspace then starts the
+// sandbox container); spec must have passed hostside.Reserve (Create
+// does it). On failure nothing is left behind.
 func (r *Runner) StartPod(ctx context.Context, spec runner.SandboxSpec, limits runner.Limits) (_ *Pod, err error) {
-	p := &Pod{Name: podName(spec.ID), Token: make([]byte, agent.TokenBytes), r: r}
+	p := &Pod{Name: podName(spec.ID), Token: make([]byte, agent.TokenBytes), r: r, fill: spec.Isolation != nil && spec.Isolation.Workspace == runner.WorkspaceReadOnly}
 	rand.Read(p.Token)
 	lbl := r.in.Labels(spec)
 	ann := map[string]string{}
@@ -91,18 +98,56 @@ func (r *Runner) StartPod(ctx context.Context, spec runner.SandboxSpec, limits r
 	if err != nil {
 		return nil, hostside.CtxOr(ctx, r.wrap("create pod", err))
 	}
-	running, err := r.waitRunning(cctx, created)
+	running, err := r.waitRunning(cctx, created, p.fill)
 	if err != nil {
 		return nil, hostside.CtxOr(ctx, err)
 	}
-	p.IP, p.Running = running.Status.PodIP, time.Now()
+	p.IP, p.Running, p.pod = running.Status.PodIP, time.Now(), running
 	return p, nil
 }
 
-// waitRunning watches pod until it runs with an IP, failing as soon as
-// it ended or its container cannot start.
-func (r *Runner) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
-	if done, err := podReady(pod); done || err != nil {
+// FillWorkspace copies the host workspace dir into a read-only
+// workspace pod's emptyDir through its init container's agent, shuts
+// that agent down (the init container succeeds) and waits until the
+// sandbox container, which mounts the emptyDir read-only, runs.
+func (p *Pod) FillWorkspace(ctx context.Context, dir string) error {
+	if !p.fill {
+		return errors.New("kubernetes runner: FillWorkspace on a pod without a read-only workspace")
+	}
+	actx, cancel := context.WithTimeout(ctx, hostside.AgentTimeout)
+	defer cancel()
+	cl, err := agent.DialToken(actx, net.JoinHostPort(p.IP, strconv.Itoa(p.r.cfg.AgentPort)), p.Token)
+	if err == nil {
+		if err = cl.Ping(actx); err != nil {
+			cl.Close()
+		}
+	}
+	if err != nil {
+		return hostside.CtxOr(ctx, fmt.Errorf("workspace fill agent did not answer: %w: %w", runner.ErrUnavailable, err))
+	}
+	err = syncIn(ctx, cl, dir)
+	if err == nil {
+		err = cl.Shutdown(actx)
+	}
+	cl.Close()
+	if err != nil {
+		return hostside.CtxOr(ctx, fmt.Errorf("fill workspace: %w", err))
+	}
+	cctx, cancel := context.WithTimeout(ctx, hostside.CreateTimeout)
+	defer cancel()
+	running, err := p.r.waitRunning(cctx, p.pod, false)
+	if err != nil {
+		return hostside.CtxOr(ctx, err)
+	}
+	p.IP, p.Running, p.pod, p.fill = running.Status.PodIP, time.Now(), running, false
+	return nil
+}
+
+// waitRunning watches pod until it runs with an IP (fill: until its
+// init container fillContainer runs and the pod has an IP), failing as
+// soon as it ended or a container cannot start.
+func (r *Runner) waitRunning(ctx context.Context, pod *corev1.Pod, fill bool) (*corev1.Pod, error) {
+	if done, err := podReady(pod, fill); done || err != nil {
 		return pod, err
 	}
 	w, err := r.c.CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{
@@ -122,13 +167,13 @@ func (r *Runner) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod,
 			return nil, fmt.Errorf("pod %s not running: %w", pod.Name, ctx.Err())
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return r.pollRunning(ctx, pod.Name)
+				return r.pollRunning(ctx, pod.Name, fill)
 			}
 			if ev.Type == watch.Deleted {
 				return nil, fmt.Errorf("pod %s deleted while starting: %w", pod.Name, runner.ErrUnavailable)
 			}
 			if p, ok := ev.Object.(*corev1.Pod); ok {
-				if done, err := podReady(p); done || err != nil {
+				if done, err := podReady(p, fill); done || err != nil {
 					return p, err
 				}
 			}
@@ -137,20 +182,20 @@ func (r *Runner) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod,
 			if err != nil {
 				return nil, r.wrap("get pod", err)
 			}
-			if done, err := podReady(p); done || err != nil {
+			if done, err := podReady(p, fill); done || err != nil {
 				return p, err
 			}
 		}
 	}
 }
 
-func (r *Runner) pollRunning(ctx context.Context, name string) (*corev1.Pod, error) {
+func (r *Runner) pollRunning(ctx context.Context, name string, fill bool) (*corev1.Pod, error) {
 	for {
 		p, err := r.c.CoreV1().Pods(r.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return nil, r.wrap("get pod", err)
 		}
-		if done, err := podReady(p); done || err != nil {
+		if done, err := podReady(p, fill); done || err != nil {
 			return p, err
 		}
 		select {
@@ -161,15 +206,28 @@ func (r *Runner) pollRunning(ctx context.Context, name string) (*corev1.Pod, err
 	}
 }
 
-// podReady reports whether p runs with an IP, or why it never will.
-func podReady(p *corev1.Pod) (bool, error) {
+// podReady reports whether p runs with an IP (fill: whether its init
+// container fillContainer runs and it has an IP), or why it never will.
+func podReady(p *corev1.Pod, fill bool) (bool, error) {
 	switch p.Status.Phase {
 	case corev1.PodRunning:
+		if fill {
+			// The fill agent exited before sandboxd filled the
+			// workspace: not this runner's doing.
+			return false, fmt.Errorf("pod %s: the workspace fill container ended unfilled: %w", p.Name, runner.ErrUnavailable)
+		}
 		return p.Status.PodIP != "", nil
 	case corev1.PodFailed, corev1.PodSucceeded:
 		return false, fmt.Errorf("pod %s ended (%s: %s): %w", p.Name, p.Status.Phase, p.Status.Message, runner.ErrUnavailable)
 	}
-	for _, cs := range p.Status.ContainerStatuses {
+	if fill && p.Status.PodIP != "" {
+		for _, cs := range p.Status.InitContainerStatuses {
+			if cs.Name == fillContainer && cs.State.Running != nil {
+				return true, nil
+			}
+		}
+	}
+	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 		if w := cs.State.Waiting; w != nil {
 			switch w.Reason {
 			case "ErrImageNeverPull", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "CreateContainerError", "InvalidImageName", "RunContainerError":
@@ -222,11 +280,6 @@ type Sandbox struct {
 // runs and the agent answers over the authenticated channel, and the
 // workspace's content copied in. On any failure nothing is left behind.
 func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.Sandbox, err error) {
-	if spec.Isolation != nil && spec.Isolation.Workspace == runner.WorkspaceReadOnly {
-		// The pod's one view of the emptyDir would be read-only to the
-		// agent too, or writable to the code: refused, not weakened.
-		return nil, fmt.Errorf("create sandbox: kubernetes runner: a read-only workspace is not implemented: %w", runner.ErrUnsupported)
-	}
 	limits, err := r.in.Reserve(ctx, &spec, r.cfg.Defaults)
 	if err != nil {
 		return nil, err
@@ -239,6 +292,12 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	}()
 	if s.pod, err = r.StartPod(ctx, spec, limits); err != nil {
 		return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+	}
+	if spec.Isolation.Workspace == runner.WorkspaceReadOnly {
+		// Filled before the code's container starts; never copied back.
+		if err := s.pod.FillWorkspace(ctx, spec.Workspace); err != nil {
+			return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+		}
 	}
 	actx, cancel := context.WithTimeout(ctx, hostside.AgentTimeout)
 	defer cancel()
@@ -263,7 +322,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 			}
 		}()
 	}
-	if spec.Isolation.Workspace != runner.WorkspaceNone {
+	if spec.Isolation.Workspace == runner.WorkspaceReadWrite {
 		if err := syncIn(ctx, cl, spec.Workspace); err != nil {
 			return nil, fmt.Errorf("create sandbox %s: copy workspace in: %w", spec.ID, err)
 		}

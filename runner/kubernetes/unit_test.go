@@ -64,7 +64,33 @@ func fakeClusterProxy(t *testing.T) (*fake.Clientset, int, chan string) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		go agent.Serve(ctx, tl, agent.ServerOptions{Root: t.TempDir()})
+		root := t.TempDir() // the pod's workspace emptyDir
+		go func() {
+			agent.Serve(ctx, tl, agent.ServerOptions{Root: root})
+			if ctx.Err() != nil {
+				return
+			}
+			// A client shut the agent down: the workspace fill init
+			// container is done, the sandbox container starts (with the
+			// same emptyDir; the fake cannot mount it read-only).
+			pod, err := cs.CoreV1().Pods(sec.Namespace).Get(ctx, sec.Name, metav1.GetOptions{})
+			if err != nil || len(pod.Spec.InitContainers) == 0 {
+				t.Errorf("agent shut down in pod %s (%v): only a fill container's may be", sec.Name, err)
+				return
+			}
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			tl, _ := agent.TokenListener(l, sec.Data[tokenKey])
+			go agent.Serve(ctx, tl, agent.ServerOptions{Root: root})
+			pod.Status.Phase = corev1.PodRunning
+			pod.Status.InitContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
+			if _, err := cs.CoreV1().Pods(sec.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}()
 		rl, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
 		if err != nil {
 			return true, nil, err
@@ -84,6 +110,10 @@ func fakeClusterProxy(t *testing.T) (*fake.Clientset, int, chan string) {
 	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
 		p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "127.0.0.1"
+		if len(p.Spec.InitContainers) > 0 { // running the first, until its agent is shut down
+			p.Status.Phase = corev1.PodPending
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.InitContainers[0].Name, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		}
 		return false, nil, nil
 	})
 	return cs, port, proxy
@@ -144,19 +174,10 @@ func TestFakeLifecycle(t *testing.T) {
 	}
 }
 
-// TestFakeRefuses: what the runner cannot apply yet is refused, never
-// weakened.
+// TestFakeRefuses: a spec without isolation is refused.
 func TestFakeRefuses(t *testing.T) {
 	cs, port := fakeCluster(t)
 	r := newFake(t, cs, port, nil)
-	for _, iso := range []*runner.Isolation{
-		runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkNone),
-	} {
-		_, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: iso, Workspace: t.TempDir()})
-		if !errors.Is(err, runner.ErrUnsupported) {
-			t.Fatalf("%s/%s: %v, want ErrUnsupported", iso.Workspace, iso.Network, err)
-		}
-	}
 	if _, err := r.Create(t.Context(), runner.SandboxSpec{}); !errors.Is(err, runner.ErrInvalidSpec) {
 		t.Fatalf("no isolation: %v", err)
 	}
@@ -360,5 +381,111 @@ func TestSeccompSplit(t *testing.T) {
 		if string(sec.Data[filterKey]) != string(f) {
 			t.Fatalf("%s: secret lacks the filter", nw)
 		}
+	}
+}
+
+// TestFakeReadOnlyWorkspace: the file_read row. The host workspace is
+// copied into the emptyDir by the init container's agent, which is then
+// shut down (the init container succeeds); the sandbox container, the
+// only one that runs code, mounts that emptyDir read-only and nothing
+// else of it, and what changes in the pod is never copied back.
+func TestFakeReadOnlyWorkspace(t *testing.T) {
+	cs, port := fakeCluster(t)
+	r := newFake(t, cs, port, nil)
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, "sub"), 0o755)
+	os.WriteFile(filepath.Join(ws, "sub", "in.txt"), []byte("from host"), 0o644)
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadOnly, runner.NetworkEgress), Egress: echoEgress{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	ctx := t.Context()
+	pod, err := cs.CoreV1().Pods("sb").Get(ctx, podName(sb.ID()), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Status.Phase != corev1.PodRunning || len(pod.Status.InitContainerStatuses) != 1 || pod.Status.InitContainerStatuses[0].State.Terminated == nil {
+		t.Fatalf("pod status %+v: the fill agent was not shut down before the sandbox container started", pod.Status)
+	}
+	checkReadOnlyPod(t, pod)
+	cl := sb.(runner.AgentSandbox).Agent()
+	if b, err := cl.ReadFile(ctx, "sub/in.txt", 0); err != nil || string(b) != "from host" {
+		t.Fatalf("in pod: %q %v", b, err)
+	}
+	// The fake's emptyDir is writable; a real one is not (EROFS): even
+	// so nothing comes back to the host.
+	if err := cl.WriteFile(ctx, "new.txt", []byte("from pod"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Exec(ctx, runner.Process{Args: []string{"/bin/true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "new.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a read-only sandbox's file reached the host workspace: %v", err)
+	}
+}
+
+// checkReadOnlyPod: the sandbox container mounts the workspace
+// read-only, once; the init container (no egress, no code) mounts it
+// writable, with the sandbox container's isolation.
+func checkReadOnlyPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if len(pod.Spec.InitContainers) != 1 || len(pod.Spec.Containers) != 1 {
+		t.Fatalf("containers: init %d, main %d", len(pod.Spec.InitContainers), len(pod.Spec.Containers))
+	}
+	main, fill := pod.Spec.Containers[0], pod.Spec.InitContainers[0]
+	var mainWS, fillWS []corev1.VolumeMount
+	for _, m := range main.VolumeMounts {
+		if m.Name == "workspace" {
+			mainWS = append(mainWS, m)
+		}
+	}
+	for _, m := range fill.VolumeMounts {
+		if m.Name == "workspace" {
+			fillWS = append(fillWS, m)
+		}
+	}
+	if len(mainWS) != 1 || !mainWS[0].ReadOnly || mainWS[0].MountPath != runner.WorkspaceDir {
+		t.Fatalf("sandbox container's workspace mounts %+v, want one, read-only, at %s", mainWS, runner.WorkspaceDir)
+	}
+	if len(fillWS) != 1 || fillWS[0].ReadOnly {
+		t.Fatalf("fill container's workspace mounts %+v, want one writable", fillWS)
+	}
+	if slicesContains(fill.Command, "--egress-listen") || !slicesContains(main.Command, "--egress-listen") {
+		t.Fatalf("egress flags: fill %v, main %v", fill.Command, main.Command)
+	}
+	if fmt.Sprint(fill.SecurityContext) != fmt.Sprint(main.SecurityContext) || fmt.Sprint(fill.Resources) != fmt.Sprint(main.Resources) || fill.Image != main.Image {
+		t.Fatalf("fill container's isolation differs:\n%+v\n%+v", fill, main)
+	}
+}
+
+// TestBuildPodWorkspaceModes: no init container and a writable mount for
+// a read-write workspace, no workspace volume for none, the fill init
+// container and a read-only mount for read-only.
+func TestBuildPodWorkspaceModes(t *testing.T) {
+	lim := hostside.MergeLimits(runner.Limits{DiskBytes: 64 << 20}, hostside.DefaultLimits)
+	build := func(mode runner.WorkspaceMode) *corev1.Pod {
+		return buildPod(podInput{Name: "sandbox-x", Namespace: "sb", Spec: runner.SandboxSpec{Isolation: runnertest.Isolation(mode, runner.NetworkEgress)},
+			Limits: lim, Image: "img", AgentBinary: hostside.AgentBinary, AgentPort: 7777, Seccomp: corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}})
+	}
+	checkReadOnlyPod(t, build(runner.WorkspaceReadOnly))
+	rw := build(runner.WorkspaceReadWrite)
+	if len(rw.Spec.InitContainers) != 0 {
+		t.Fatalf("read-write: init containers %v", rw.Spec.InitContainers)
+	}
+	for _, m := range rw.Spec.Containers[0].VolumeMounts {
+		if m.Name == "workspace" && m.ReadOnly {
+			t.Fatal("read-write workspace mounted read-only")
+		}
+	}
+	none := build(runner.WorkspaceNone)
+	for _, v := range none.Spec.Volumes {
+		if v.Name == "workspace" {
+			t.Fatal("a workspace volume without a workspace")
+		}
+	}
+	if len(none.Spec.InitContainers) != 0 {
+		t.Fatalf("none: init containers %v", none.Spec.InitContainers)
 	}
 }

@@ -14,8 +14,10 @@ import (
 
 // The workspace of a pod is an emptyDir (the pod gets no host path).
 // syncIn copies a host workspace's regular files into it through the
-// agent at Create; syncOut copies the pod's regular files back into the
-// host workspace after each Exec of a read-write sandbox. Through
+// agent at Create (a read-only workspace's through the init container's
+// agent, Pod.FillWorkspace, before the sandbox container mounts it
+// read-only); syncOut copies the pod's regular files back into the host
+// workspace after each Exec of a read-write sandbox. Through
 // os.Root: a symlink the code planted never leads out of the host
 // workspace. Not carried: empty directories, deletions, symlinks, modes
 // beyond the permission bits.
