@@ -22,22 +22,30 @@ say() { echo "k8s-down: [$(($(date +%s) - t0))s] $*"; }
 
 pid_of() { cat "$state/run/$1.pid" 2>/dev/null; }
 alive() { local p; p=$(pid_of "$1") && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
-stop() { # name: SIGTERM, then SIGKILL after 10s
-	local p i
-	alive "$1" || { rm -f "$state/run/$1.pid"; return 0; }
-	p=$(pid_of "$1")
-	kill "$p" 2>/dev/null
+stop() { # names...: SIGTERM to each, then SIGKILL to what still runs after 10s
+	local n p i pids=()
+	for n in "$@"; do
+		if alive "$n"; then
+			p=$(pid_of "$n")
+			kill "$p" 2>/dev/null
+			pids+=("$n:$p")
+		fi
+		rm -f "$state/run/$n.pid"
+	done
 	for i in $(seq 100); do
-		kill -0 "$p" 2>/dev/null || break
+		local left=0
+		for n in "${pids[@]}"; do kill -0 "${n#*:}" 2>/dev/null && left=1; done
+		[ "$left" = 0 ] && break
 		sleep 0.1
 	done
-	if kill -0 "$p" 2>/dev/null; then
-		kill -9 "$p" 2>/dev/null
-		say "killed -9 $1 ($p)"
-	else
-		say "stopped $1 ($p)"
-	fi
-	rm -f "$state/run/$1.pid"
+	for n in "${pids[@]}"; do
+		if kill -0 "${n#*:}" 2>/dev/null; then
+			kill -9 "${n#*:}" 2>/dev/null
+			say "killed -9 ${n%%:*} (${n#*:})"
+		else
+			say "stopped ${n%%:*} (${n#*:})"
+		fi
+	done
 }
 ctr_k8s() { ctr -a "$sock" -n k8s.io --timeout 10s "$@"; }
 
@@ -54,9 +62,10 @@ if alive apiserver && alive kubelet && [ -s "$pki/admin.crt" ]; then
 fi
 
 # 2. Components, the node's first.
-for name in kube-router kubelet sched kcm apiserver etcd; do
-	stop "$name"
-done
+stop kube-router kubelet
+stop sched kcm
+stop apiserver
+stop etcd
 
 # 3. What the kubelet left: tasks (and their shims), containers, sandboxes'
 #    network namespaces.

@@ -9,7 +9,8 @@
 #             kubelet (Kubernetes v1.37.2), etcd (v3.7.3), kube-router
 #             (v2.1.0) and the CNI plugins bridge, host-local and loopback
 #             (v1.10.0), built from the Go module proxy when missing
-#             (Kubernetes through the wrapper module $K8S_CACHE/k8sbuild:
+#             (Kubernetes and etcd through the wrapper modules
+#             scripts/k8s/{k8sbuild,etcdbuild}, copied to $K8S_CACHE:
 #             `go install pkg@version` refuses k8s.io/kubernetes' replace
 #             directives). Cold: 15-30 min on 2 cores; cached: nothing.
 #   state     everything under $K8S_STATE (default /var/lib/sandboxd-k8s):
@@ -27,6 +28,10 @@
 #             subnet route only), kube-router in firewall-only mode for
 #             NetworkPolicy, and the iptables chain SBXK8S-GUARD dropping
 #             anything forwarded between the bridge and another interface.
+#             The kubelet's root is mounted nosuid,nodev (the workspace
+#             emptyDir); runc runs through scripts/k8s/runc-masked.sh,
+#             which adds the policy's masked and read-only paths to each
+#             container (Kubernetes masks only its own list).
 #   images    into the CRI containerd's k8s.io namespace, without a
 #             registry: docker.io/sandboxd/python:latest (the project's
 #             sandboxd/python, scripts/build-images.sh, plus the static
@@ -365,6 +370,10 @@ until_ok() { # what, predicate...: poll every 0.2s up to K8S_WAIT
 	exit 1
 }
 
+if alive containerd containerd && ! cmp -s "$state/containerd/config.toml" "$state/run/containerd.toml"; then
+	say "warning: containerd's config changed since it started; scripts/k8s-down.sh, then this, applies it"
+fi
+alive containerd containerd || cp "$state/containerd/config.toml" "$state/run/containerd.toml"
 start containerd containerd --config "$state/containerd/config.toml"
 start etcd "$bin/etcd" --name sandboxd-k8s --data-dir "$state/etcd" \
 	--listen-client-urls http://127.0.0.1:23790 --advertise-client-urls http://127.0.0.1:23790 \
