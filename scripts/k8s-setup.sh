@@ -160,7 +160,7 @@ mkdir -p "$state"/{build,logs,run,pki,etcd,cni/net.d,cni/ipam,containerd,kubelet
 mkdir -p "$state/bin"
 "$state/build/k8s-seccomp" "$state/kubelet/seccomp" "$state/bin/paths.json" >/dev/null
 # runc with the policy's masked and read-only paths (scripts/k8s/runc-masked.sh).
-sed "s#@RUNC@#$(command -v runc)#" "$root/scripts/k8s/runc-masked.sh" >"$state/bin/runc.tmp"
+sed -e "s#@RUNC@#$(command -v runc)#" -e "s#@PODS@#$state/kubelet/pods/#" "$root/scripts/k8s/runc-masked.sh" >"$state/bin/runc.tmp"
 chmod 0755 "$state/bin/runc.tmp"
 mv "$state/bin/runc.tmp" "$state/bin/runc"
 
