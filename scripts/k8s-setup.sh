@@ -521,8 +521,14 @@ export SANDBOXD_REQUIRE_KUBERNETES=1
 export SANDBOXD_KUBERNETES_NAMESPACE=$ns
 export SANDBOXD_KUBERNETES_IMAGE=sandboxd/python:latest
 export SANDBOXD_KUBERNETES_SANDBOXD_CIDR=$node_ip/32
-# gVisor: SANDBOXD_KUBERNETES_RUNTIME_CLASS=$runtime_class
 EOF
+if [ -n "$runtime_class" ]; then
+	cat >>"$state/env.tmp" <<EOF
+# gVisor (RuntimeClass $runtime_class, handler runsc): NOT working yet on this node: under the
+# runc v2 shim a pod's app container is reported Running but never runs; do not set
+# SANDBOXD_KUBERNETES_RUNTIME_CLASS=$runtime_class for the tests until it does.
+EOF
+fi
 mv "$state/env.tmp" "$state/env"
 say "ok: Kubernetes $k8s_version node $node ($state); env in $state/env:"
 [ -n "$quiet" ] || cat "$state/env"
