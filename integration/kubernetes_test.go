@@ -23,7 +23,9 @@ func TestKubernetesRunner(t *testing.T) {
 		}
 		t.Skip("no cluster: SANDBOXD_KUBECONFIG unset (scripts/k8s-setup.sh)")
 	}
-	conf := fmt.Sprintf("runner:\n  name: kubernetes\n  kubernetes:\n    kubeconfig: %q\n", kc)
+	// No pool: each sandbox pod requests its whole CPU limit, and the
+	// test node has 2 cores (pooled pods would leave none to schedule on).
+	conf := fmt.Sprintf("pool:\n  size: 0\nrunner:\n  name: kubernetes\n  kubernetes:\n    kubeconfig: %q\n", kc)
 	for key, env := range map[string]string{"namespace": "SANDBOXD_KUBERNETES_NAMESPACE", "image": "SANDBOXD_KUBERNETES_IMAGE",
 		"sandboxd_cidr": "SANDBOXD_KUBERNETES_SANDBOXD_CIDR", "runtime_class": "SANDBOXD_KUBERNETES_RUNTIME_CLASS"} {
 		if v := os.Getenv(env); v != "" {
@@ -53,7 +55,7 @@ func TestKubernetesRunner(t *testing.T) {
 	var ses struct {
 		ID string `json:"id"`
 	}
-	resp, data = s.do("POST", "/v1/sessions", "", map[string]any{"effects": []string{"exec"}}, &ses)
+	resp, data = s.do("POST", "/v1/sessions", "", map[string]any{"effects": []string{"exec", "file_read", "file_write"}}, &ses)
 	if resp.StatusCode != 201 || ses.ID == "" {
 		t.Fatalf("create session: %d %s", resp.StatusCode, data)
 	}
