@@ -253,7 +253,7 @@ type Tenant struct {
 	// have jobs queued, and of the CPU when their sandboxes compete (its
 	// sandboxes share a parent cgroup of this weight); MaxRunning caps its
 	// running jobs (0: queue.tenant_max_running).
-	Weight     int `yaml:"weight" check:"nonnegative" default:"100" doc:"the tenant's share, from 1 to 10000, of the workers while several tenants have jobs queued (jobs start in proportion to the weights) and of the CPU while their sandboxes compete (a parent cgroup per tenant: cpu.weight on cgroup v2, cpu.shares = weight*1024/100 on v1, on the local and docker runners)"`
+	Weight     int `yaml:"weight" check:"nonnegative" default:"100" doc:"the tenant's share, from 1 to 10000, of the workers while several tenants have jobs queued (jobs start in proportion to the weights) and of the CPU while their sandboxes compete (a parent cgroup per tenant: cpu.weight on cgroup v2, cpu.shares = weight*1024/100 on v1, on the local, docker and containerd runners; while two or more tenants run jobs, each is also capped at that share of the host's CPUs)"`
 	MaxRunning int `yaml:"max_running" check:"nonnegative" default:"queue.tenant_max_running" doc:"the tenant's jobs running at once"`
 	// CallbackSecret signs the completion callbacks of the tenant's jobs.
 	CallbackSecret string `yaml:"callback_secret" default:"callbacks.secret" doc:"the HMAC-SHA256 key of the X-Sandboxd-Signature of the tenant's completion callbacks (give it to the receiver)"`

@@ -210,6 +210,7 @@ func (s *Service) execute(ctx context.Context, e *entry, j *Job) (a attempt) {
 	case e.tool.Run != nil:
 		return s.runInProcess(ctx, e.tool, e.args, j, ls)
 	case e.tool.Command != nil:
+		defer s.cpu.enter(j.Tenant)()
 		return s.runSandboxed(ctx, e, j, ls)
 	default:
 		return attempt{err: fmt.Errorf("tool %s cannot run", j.Tool)}

@@ -1,6 +1,8 @@
 package job_test
 
 import (
+	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -157,5 +159,37 @@ func TestKillAtDeadlineFromStart(t *testing.T) {
 	}
 	if over := killed.Sub(started.Add(time.Second)); over < -10*time.Millisecond || over > 200*time.Millisecond {
 		t.Fatalf("kill %v after the deadline", over)
+	}
+}
+
+// While two tenants' sandboxed jobs run, each tenant's group is capped at
+// its weighted share of the host's CPUs, and the cap is in place before
+// the second tenant's job runs; a tenant running alone is uncapped.
+func TestTenantCPUCapsWhileCompeting(t *testing.T) {
+	h := newHarness(t, func(c *job.Config, _ *harness) {
+		c.Tenants = 2
+		c.Shares = map[string]config.TenantShare{"gold": {Weight: 300}}
+	})
+	ncpu := int64(runtime.NumCPU()) * 1000
+	gold := h.submit(t, "gold", call("sh", `{"cmd":"sleep","arg":"2s"}`))
+	h.waitRunning(t, "gold", gold.ID)
+	if c := h.r.caps(); len(c) != 0 {
+		t.Fatalf("caps with one tenant running: %v, want none", c)
+	}
+	plain := h.submit(t, "plain", call("sh", `{"cmd":"sleep","arg":"300ms"}`))
+	h.waitRunning(t, "plain", plain.ID)
+	want := map[string]int64{"gold": ncpu * 300 / 400, "plain": ncpu * 100 / 400}
+	if c := h.r.caps(); !maps.Equal(c, want) {
+		t.Fatalf("caps while both run: %v, want %v", c, want)
+	}
+	if j := h.wait(t, "plain", plain.ID); j.State != job.StateSucceeded {
+		t.Fatalf("plain's job %s/%s", j.State, j.Reason)
+	}
+	eventually(t, "gold uncapped once alone", func() bool { return len(h.r.caps()) == 0 })
+	if j := h.wait(t, "gold", gold.ID); j.State != job.StateSucceeded {
+		t.Fatalf("gold's job %s/%s", j.State, j.Reason)
+	}
+	if c := h.r.caps(); len(c) != 0 {
+		t.Fatalf("caps after both ended: %v", c)
 	}
 }

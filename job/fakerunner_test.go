@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -35,12 +36,36 @@ type fakeRunner struct {
 	createFails atomic.Int64
 	// createDelay is how long each Create takes (a loaded host).
 	createDelay time.Duration
+	// cpuCaps are the tenants' CPU caps (CapTenantCPU), in thousandths
+	// of a core.
+	cpuCaps map[string]int64
 }
 
 var (
-	_ runner.Runner = (*fakeRunner)(nil)
-	_ runner.Reaper = (*fakeRunner)(nil)
+	_ runner.Runner          = (*fakeRunner)(nil)
+	_ runner.Reaper          = (*fakeRunner)(nil)
+	_ runner.TenantCPUCapper = (*fakeRunner)(nil)
 )
+
+func (r *fakeRunner) CapTenantCPU(tenant string, _ int, millis int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cpuCaps == nil {
+		r.cpuCaps = map[string]int64{}
+	}
+	if millis == 0 {
+		delete(r.cpuCaps, tenant)
+	} else {
+		r.cpuCaps[tenant] = millis
+	}
+	return nil
+}
+
+func (r *fakeRunner) caps() map[string]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.cpuCaps)
+}
 
 func (r *fakeRunner) Name() string                      { return "fake" }
 func (r *fakeRunner) Capabilities() runner.Capabilities { return runner.Capabilities{Network: true} }

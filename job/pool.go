@@ -280,7 +280,7 @@ func (p *pool) create(k poolKey) {
 		}
 	}
 	if err == nil {
-		sb, err = s.r.Create(p.ctx, spec)
+		sb, err = s.create(p.ctx, spec)
 	}
 	if err == nil {
 		p.startAhead(k, sb)
@@ -473,7 +473,7 @@ func (s *Service) oneShotSandbox(ctx context.Context, spec runner.SandboxSpec) (
 	if !s.reserveSandbox(true) {
 		s.alive.Add(1)
 	}
-	sb, err := s.r.Create(ctx, spec)
+	sb, err := s.create(ctx, spec)
 	if err != nil {
 		s.alive.Add(-1)
 		cleanup()

@@ -51,7 +51,7 @@ func (s *Service) RunCommand(ctx context.Context, cmd tools.Command, effects []t
 	if !s.reserveSandbox(true) {
 		s.alive.Add(1)
 	}
-	sb, err := s.r.Create(ctx, spec)
+	sb, err := s.create(ctx, spec)
 	if err != nil {
 		s.alive.Add(-1)
 		return tools.Result{}, fmt.Errorf("create sandbox: %w", err)
@@ -171,7 +171,7 @@ func (s *Service) Launch(ctx context.Context, spec LaunchSpec) (*LongProcess, er
 	if !s.reserveSandbox(true) {
 		return nil, fmt.Errorf("%w: launch %s: %d sandboxes are alive (pool.max_sandboxes)", ErrSessionLimit, spec.Name, s.cfg.Pool.MaxSandboxes)
 	}
-	sb, err := s.r.Create(ctx, ss)
+	sb, err := s.create(ctx, ss)
 	if err != nil {
 		s.alive.Add(-1)
 		return nil, fmt.Errorf("launch %s: create sandbox: %w", spec.Name, err)

@@ -63,6 +63,9 @@ type Service struct {
 	// takes, fair across tenants (sched.go).
 	slots chan struct{}
 	sched *scheduler
+	// cpu caps the tenants whose sandboxed jobs run at the same time
+	// (cpucap.go); nil without tenant groups.
+	cpu *cpuCaps
 
 	mu      sync.RWMutex // guards closed and started; Submit holds it shared
 	closed  bool
@@ -192,6 +195,7 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 	}
 	s.sink = newEventSink(st, cfg.Logger, s.sm)
 	s.pool = newPool(s)
+	s.cpu = newCPUCaps(s)
 	tenants := make([]string, 0, len(cfg.Policies))
 	for t := range cfg.Policies {
 		tenants = append(tenants, t)

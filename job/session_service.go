@@ -313,7 +313,7 @@ func (s *Service) createSessionSandbox(ctx context.Context, ls *liveSession) (ru
 	spec.Image, spec.Workspace, spec.Limits = sess.Image, ws.View, sess.Limits
 	spec.Labels = map[string]string{"session": sess.ID, "tenant": sess.Tenant}
 	s.tenantSpec(&spec, sess.Tenant)
-	sb, err := s.r.Create(ctx, spec)
+	sb, err := s.create(ctx, spec)
 	if err != nil {
 		s.releaseWorkspace(ws)
 		switch {

@@ -197,6 +197,19 @@ type SandboxSpec struct {
 	TenantWeight int
 }
 
+// TenantCPUCapper is a runner that can cap a tenant's parent cgroup
+// (SandboxSpec.Tenant) at an amount of CPU, not only weigh it. Weights
+// alone do not keep a tenant's latency while another tenant's fork bombs
+// keep hundreds of tasks runnable: the job service caps the tenants that
+// compete at their weighted share of the host (job's cpuCaps).
+type TenantCPUCapper interface {
+	// CapTenantCPU caps the tenant's group (made with weight, when it is
+	// not yet) at millis thousandths of a core; 0 removes the cap. A
+	// runner may apply more than asked (cgroup v1: never less than a live
+	// sandbox's own quota).
+	CapTenantCPU(tenant string, weight int, millis int64) error
+}
+
 // TenantCgroup is the name of a tenant's parent cgroup: "tenant-" and the
 // name when it is a plain word (letters, digits, '_', '-', '.', at most
 // 64 bytes, not starting with '.'), else "tenant-" and a hash of it.

@@ -63,11 +63,22 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	if err != nil {
 		return nil, hostside.CtxOr(ctx, fmt.Errorf("create sandbox: %w", err))
 	}
-	ociSpec := buildSpec(specInput{
+	in := specInput{
 		ID: spec.ID, Namespace: r.cfg.Namespace, Spec: spec, Limits: limits,
 		AgentPath: r.cfg.AgentPath, RunDir: s.runDir, NetnsPath: s.netns, TmpBytes: r.cfg.TmpBytes,
 		GVisor: r.gvisor,
-	})
+	}
+	if spec.Tenant != "" && r.tenants != nil {
+		// Under the tenant's group, whose weight (and cap while tenants
+		// compete) shares the CPU by tenant; at most the tenant's cap.
+		rel, err := r.tenants.Group(spec.Tenant, spec.TenantWeight)
+		if err != nil {
+			return nil, fmt.Errorf("create sandbox: %w", err)
+		}
+		in.CgroupParent = "/" + rel
+		in.Limits.CPUMillis = r.tenants.ChildCPU(spec.Tenant, spec.ID, limits.CPUMillis)
+	}
+	ociSpec := buildSpec(in)
 	labels := r.host.Labels(spec)
 	// The sandbox user must be able to write a read-write workspace.
 	owner, err := hostside.MarkWorkspace(spec, labels)

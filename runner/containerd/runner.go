@@ -41,8 +41,9 @@ import (
 )
 
 var (
-	_ runner.Runner = (*Runner)(nil)
-	_ runner.Reaper = (*Runner)(nil)
+	_ runner.Runner          = (*Runner)(nil)
+	_ runner.Reaper          = (*Runner)(nil)
+	_ runner.TenantCPUCapper = (*Runner)(nil)
 )
 
 // Runner creates containerd sandboxes. Safe for concurrent use.
@@ -59,8 +60,29 @@ type Runner struct {
 	// ImageNames implements runner.ImageNamer over cfg.Image.
 	hostside.ImageNames
 
+	// tenants are the tenants' parent groups (under the namespace's
+	// cgroup), nil when this host's cgroupfs is not writable.
+	tenants *hostside.TenantGroups
+
 	mu     sync.Mutex
 	images map[string]client.Image // unpacked images by normalized name
+}
+
+// CapTenantCPU implements runner.TenantCPUCapper.
+func (r *Runner) CapTenantCPU(tenant string, weight int, millis int64) error {
+	if r.tenants == nil {
+		return nil
+	}
+	return r.tenants.Cap(tenant, weight, millis)
+}
+
+// TenantCgroupDir is the directory holding the tenant's CPU weight and
+// cap, "" when tenant groups are off (tests).
+func (r *Runner) TenantCgroupDir(tenant string) (dir string, v2 bool) {
+	if r.tenants == nil {
+		return "", false
+	}
+	return r.tenants.Dir(tenant), r.tenants.V2
 }
 
 // New connects to containerd, checks it and the default image, removes
@@ -106,6 +128,7 @@ func (r *Runner) init(ctx context.Context) error {
 	if err := r.probe(ctx); err != nil {
 		return err
 	}
+	r.tenants = hostside.HostTenantGroups(r.cfg.Namespace)
 	if _, err := r.Reap(ctx); err != nil {
 		r.cfg.Logger.Warn("containerd runner: initial reconcile failed (the reconcile loop retries)", "err", err)
 	}

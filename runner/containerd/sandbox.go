@@ -243,6 +243,9 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	if err := removeNetns(s.netns); err != nil {
 		errs = append(errs, err)
 	}
+	if s.r.tenants != nil && s.spec.Tenant != "" {
+		s.r.tenants.ReleaseCPU(s.spec.Tenant, s.id)
+	}
 	if err := hostside.RestoreWorkspace(s.labels); err != nil {
 		errs = append(errs, err)
 	}

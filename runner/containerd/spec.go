@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 
@@ -14,12 +15,15 @@ import (
 type specInput struct {
 	ID        string
 	Namespace string // containerd namespace: the cgroup parent
-	Spec      runner.SandboxSpec
-	Limits    runner.Limits
-	AgentPath string
-	RunDir    string // host dir mounted at /run/sandboxd
-	NetnsPath string // host path of the sandbox's network namespace
-	TmpBytes  int64
+	// CgroupParent, when set, is the cgroup parent instead (a tenant's
+	// group, hostside.TenantGroups).
+	CgroupParent string
+	Spec         runner.SandboxSpec
+	Limits       runner.Limits
+	AgentPath    string
+	RunDir       string // host dir mounted at /run/sandboxd
+	NetnsPath    string // host path of the sandbox's network namespace
+	TmpBytes     int64
 	// GVisor adapts the limits to runsc and takes the gVisor seccomp
 	// profile (see gvisor.go).
 	GVisor bool
@@ -96,7 +100,7 @@ func buildSpec(in specInput) *specs.Spec {
 		},
 		Mounts: mounts,
 		Linux: &specs.Linux{
-			CgroupsPath: path.Join("/", in.Namespace, in.ID),
+			CgroupsPath: path.Join("/", cmp.Or(in.CgroupParent, in.Namespace), in.ID),
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace},
 				{Type: specs.IPCNamespace},

@@ -186,6 +186,9 @@ func (r *Runner) containerConfig(spec runner.SandboxSpec, l runner.Limits, state
 	if hc.CgroupParent, err = r.tenantParent(spec.Tenant, spec.TenantWeight); err != nil {
 		return nil, nil, err
 	}
+	if hc.CgroupParent != "" { // at most the tenant's cap (cgroup v1)
+		hc.NanoCPUs = r.tenants.ChildCPU(spec.Tenant, spec.ID, l.CPUMillis) * 1_000_000
+	}
 	r.applyGVisor(hc, l)
 	return cfg, hc, nil
 }

@@ -23,9 +23,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -35,8 +33,9 @@ import (
 )
 
 var (
-	_ runner.Runner = (*Runner)(nil)
-	_ runner.Reaper = (*Runner)(nil)
+	_ runner.Runner          = (*Runner)(nil)
+	_ runner.Reaper          = (*Runner)(nil)
+	_ runner.TenantCPUCapper = (*Runner)(nil)
 )
 
 // Runner creates Docker sandboxes. Safe for concurrent use.
@@ -53,44 +52,41 @@ type Runner struct {
 	// inside the Sentry, invisible on the host: the host pids in the
 	// container's cgroup are runsc's own (sandbox, gofer, stubs).
 	gvisor bool
-	// tenantRoot is the cgroup mount holding the CPU weights of tenants'
-	// parent groups ("": the daemon's cgroups are not this host's
-	// cgroupfs, SandboxSpec.Tenant is ignored); tenantV2 its version.
-	tenantRoot string
-	tenantV2   bool
-	tmu        sync.Mutex
-	tenants    map[string]int // tenant groups made, with their weight
+	// tenants are the tenants' parent groups, nil when the daemon's
+	// cgroups are not this host's cgroupfs (SandboxSpec.Tenant is then
+	// ignored).
+	tenants *hostside.TenantGroups
 }
 
 // tenantParent makes the tenant's parent cgroup with its CPU weight (once
 // per tenant and weight) and returns it as --cgroup-parent; "" when
 // tenant groups are off.
 func (r *Runner) tenantParent(tenant string, weight int) (string, error) {
-	if tenant == "" || r.tenantRoot == "" {
+	if tenant == "" || r.tenants == nil {
 		return "", nil
 	}
-	rel := filepath.Join(r.cfg.CgroupParent, runner.TenantCgroup(tenant))
-	r.tmu.Lock()
-	defer r.tmu.Unlock()
-	if w, ok := r.tenants[tenant]; !ok || w != weight {
-		if err := hostside.SetTenantCPU(r.tenantRoot, filepath.Join(r.tenantRoot, rel), r.tenantV2, weight); err != nil {
-			return "", err
-		}
-		if r.tenants == nil {
-			r.tenants = map[string]int{}
-		}
-		r.tenants[tenant] = weight
+	rel, err := r.tenants.Group(tenant, weight)
+	if err != nil {
+		return "", err
 	}
 	return "/" + rel, nil
 }
 
-// TenantCgroupDir is the directory holding the tenant's CPU weight, ""
-// when tenant groups are off (tests).
+// TenantCgroupDir is the directory holding the tenant's CPU weight and
+// cap, "" when tenant groups are off (tests).
 func (r *Runner) TenantCgroupDir(tenant string) (dir string, v2 bool) {
-	if r.tenantRoot == "" {
+	if r.tenants == nil {
 		return "", false
 	}
-	return filepath.Join(r.tenantRoot, r.cfg.CgroupParent, runner.TenantCgroup(tenant)), r.tenantV2
+	return r.tenants.Dir(tenant), r.tenants.V2
+}
+
+// CapTenantCPU implements runner.TenantCPUCapper.
+func (r *Runner) CapTenantCPU(tenant string, weight int, millis int64) error {
+	if r.tenants == nil {
+		return nil
+	}
+	return r.tenants.Cap(tenant, weight, millis)
 }
 
 // New connects to the Docker daemon, checks it, removes orphaned sandboxes
@@ -161,9 +157,9 @@ func (r *Runner) probe(ctx context.Context) error {
 	case info.CgroupDriver != "cgroupfs":
 		r.cfg.Logger.Info("docker runner: no tenant CPU groups (the daemon's cgroup driver is not cgroupfs)", "driver", info.CgroupDriver)
 	case info.CgroupVersion == "2" && fileExists("/sys/fs/cgroup/cgroup.controllers"):
-		r.tenantRoot, r.tenantV2 = "/sys/fs/cgroup", true
+		r.tenants = &hostside.TenantGroups{Root: "/sys/fs/cgroup", V2: true, Parent: r.cfg.CgroupParent}
 	case info.CgroupVersion != "2" && fileExists("/sys/fs/cgroup/cpu/cpu.shares"):
-		r.tenantRoot = "/sys/fs/cgroup/cpu"
+		r.tenants = &hostside.TenantGroups{Root: "/sys/fs/cgroup/cpu", Parent: r.cfg.CgroupParent}
 	default:
 		r.cfg.Logger.Info("docker runner: no tenant CPU groups (the daemon's cgroups are not under this host's /sys/fs/cgroup)")
 	}

@@ -234,6 +234,9 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 			errs = append(errs, s.r.wrap("remove container "+s.containerID, err))
 		}
 	}
+	if s.r.tenants != nil && s.spec.Tenant != "" {
+		s.r.tenants.ReleaseCPU(s.spec.Tenant, s.id)
+	}
 	if err := hostside.RestoreWorkspace(s.labels); err != nil {
 		errs = append(errs, err)
 	}

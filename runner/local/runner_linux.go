@@ -21,9 +21,10 @@ import (
 )
 
 var (
-	_ runner.Runner     = (*Runner)(nil)
-	_ runner.Reaper     = (*Runner)(nil)
-	_ runner.ImageNamer = (*Runner)(nil)
+	_ runner.Runner          = (*Runner)(nil)
+	_ runner.Reaper          = (*Runner)(nil)
+	_ runner.TenantCPUCapper = (*Runner)(nil)
+	_ runner.ImageNamer      = (*Runner)(nil)
 )
 
 // Runner creates local sandboxes. It must run as root.
@@ -36,8 +37,7 @@ type Runner struct {
 	mu   sync.Mutex
 	live map[string]*Sandbox
 
-	tmu     sync.Mutex
-	tenants map[string]int // tenant cgroups made, with the weight set
+	tenants *hostside.TenantGroups // nil when cgroups are unusable
 }
 
 // New probes the host and returns a runner. It fails only on bad
@@ -60,40 +60,21 @@ func New(cfg Config) (*Runner, error) {
 	return r, nil
 }
 
-// tenantGroup makes the tenant's parent cgroup under CgroupParent with its
-// CPU weight (once per tenant and weight) and returns its path.
-func (r *Runner) tenantGroup(tenant string, weight int) (string, error) {
-	rel := filepath.Join(r.cfg.CgroupParent, runner.TenantCgroup(tenant))
-	r.tmu.Lock()
-	defer r.tmu.Unlock()
-	if w, ok := r.tenants[tenant]; ok && w == weight {
-		return rel, nil
-	}
-	root := r.cg.root2
-	if !r.cg.v2 {
-		root = r.cg.v1[cgroup1.Cpu]
-	}
-	if err := hostside.SetTenantCPU(root, filepath.Join(root, rel), r.cg.v2, weight); err != nil {
-		return "", err
-	}
-	if r.tenants == nil {
-		r.tenants = map[string]int{}
-	}
-	r.tenants[tenant] = weight
-	return rel, nil
-}
-
 // TenantGroupDirs are the directories of a tenant's parent cgroup that
-// hold its CPU weight (tests).
+// hold its CPU weight and cap (tests).
 func (r *Runner) TenantGroupDirs(tenant string) (cpu string, v2 bool) {
-	if r.cg == nil {
+	if r.tenants == nil {
 		return "", false
 	}
-	root := r.cg.root2
-	if !r.cg.v2 {
-		root = r.cg.v1[cgroup1.Cpu]
+	return r.tenants.Dir(tenant), r.tenants.V2
+}
+
+// CapTenantCPU implements runner.TenantCPUCapper.
+func (r *Runner) CapTenantCPU(tenant string, weight int, millis int64) error {
+	if r.tenants == nil {
+		return nil
 	}
-	return filepath.Join(root, r.cfg.CgroupParent, runner.TenantCgroup(tenant)), r.cg.v2
+	return r.tenants.Cap(tenant, weight, millis)
 }
 
 func (r *Runner) probe() {
@@ -111,6 +92,11 @@ func (r *Runner) probe() {
 		r.missing = append(r.missing, "cgroups ("+err.Error()+")")
 	} else {
 		r.cg, r.caps.Cgroups = h, true
+		root := h.root2
+		if !h.v2 {
+			root = h.v1[cgroup1.Cpu]
+		}
+		r.tenants = &hostside.TenantGroups{Root: root, V2: h.v2, Parent: r.cfg.CgroupParent}
 	}
 	if err := seccompSupported(); err != nil {
 		r.missing = append(r.missing, "seccomp ("+err.Error()+")")
@@ -239,7 +225,7 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	own := owner{PID: os.Getpid(), Start: procStart(os.Getpid()), Cgroup: filepath.Join(r.cfg.CgroupParent, spec.ID), Replica: spec.Replica}
 	if r.cg != nil && spec.Tenant != "" {
 		// Under the tenant's group, whose weight shares the CPU by tenant.
-		tg, err := r.tenantGroup(spec.Tenant, spec.TenantWeight)
+		tg, err := r.tenants.Group(spec.Tenant, spec.TenantWeight)
 		if err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
@@ -272,7 +258,11 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	}
 	if r.cg != nil {
 		s.cg = r.cg.group(own.Cgroup)
-		if err := s.cg.create(s.limits); err != nil {
+		limits := s.limits
+		if spec.Tenant != "" { // at most the tenant's cap (cgroup v1)
+			limits.CPUMillis = r.tenants.ChildCPU(spec.Tenant, spec.ID, limits.CPUMillis)
+		}
+		if err := s.cg.create(limits); err != nil {
 			return nil, fmt.Errorf("create sandbox: %w", err)
 		}
 	}

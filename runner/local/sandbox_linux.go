@@ -179,6 +179,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		if err := s.cg.destroy(5 * time.Second); err != nil {
 			errs = append(errs, err)
 		}
+		if s.spec.Tenant != "" {
+			s.r.tenants.ReleaseCPU(s.spec.Tenant, s.spec.ID)
+		}
 	}
 	if err := s.r.destroy(s.stateDir, s.owner); err != nil {
 		errs = append(errs, err)

@@ -77,3 +77,62 @@ func TestTenantCgroup(t *testing.T) {
 		t.Fatalf("left after Close: %v", left)
 	}
 }
+
+// CapTenantCPU caps the tenant's group (cpu.cfs_quota_us on v1, cpu.max
+// on v2) and removes the cap again; on v1 the cap is never below a live
+// sandbox's own quota (the kernel refuses that), and a sandbox made while
+// its tenant is capped gets at most the cap.
+func TestTenantCPUCap(t *testing.T) {
+	r := newTestRunner(t)
+	tenant := "cap-" + strconv.Itoa(os.Getpid())
+	iso := runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: iso, Tenant: tenant, Limits: runner.Limits{CPUMillis: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(t.Context())
+	dir, v2 := r.TenantGroupDirs(tenant)
+	read := func(dir, file string) string {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	quota := func() string {
+		if v2 {
+			return read(dir, "cpu.max")
+		}
+		return read(dir, "cpu.cfs_quota_us")
+	}
+	check := func(millis int64, want, wantV2 string) {
+		t.Helper()
+		if err := r.CapTenantCPU(tenant, 0, millis); err != nil {
+			t.Fatal(err)
+		}
+		if v2 {
+			want = wantV2
+		}
+		if got := quota(); got != want {
+			t.Fatalf("cap %d: %q, want %q", millis, got, want)
+		}
+	}
+	check(1500, "150000", "150000 100000")
+	if v2 {
+		check(500, "", "50000 100000")
+	} else {
+		check(500, "100000", "") // the live sandbox has a whole core
+	}
+	second, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: iso, Tenant: tenant, Limits: runner.Limits{CPUMillis: 2000}})
+	if err != nil {
+		t.Fatalf("a sandbox asking more than its tenant's cap: %v", err)
+	}
+	defer second.Close(t.Context())
+	if !v2 {
+		child := filepath.Join(dir, second.ID())
+		if got := read(child, "cpu.cfs_quota_us"); got != "100000" {
+			t.Fatalf("quota of a sandbox made under a cap of one core: %s, want 100000", got)
+		}
+	}
+	check(0, "-1", "max 100000")
+}
