@@ -255,7 +255,13 @@ func TestWorkspacesReleasedAfterKill(t *testing.T) {
 			if len(before) < 3 {
 				t.Fatalf("want 3 workspace mounts or more (2 sessions, 1 job, pooled), have %v", before)
 			}
+			// Also what the first sandboxd's first start (its Cleanup) left.
 			otherBefore := mountsUnder(t, otherRoot)
+			for id, ws := range otherWS {
+				if !slices.ContainsFunc(otherBefore, func(m string) bool { return strings.Fields(m)[0] == ws }) {
+					t.Fatalf("the other sandboxd's session %s workspace %s is not mounted before the kill: %v", id, ws, otherBefore)
+				}
+			}
 			s.stop(syscall.SIGKILL)
 			if left := mountsUnder(t, root); len(left) != len(before) {
 				t.Fatalf("mounts after the kill: %v, before %v (the test proves nothing)", left, before)

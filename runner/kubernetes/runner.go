@@ -10,8 +10,9 @@
 // The http effect is carried over connections sandboxd opens to the pod
 // (egress.go): the pod never gets a route out. The workspace is an
 // emptyDir of the pod; a host workspace is copied into it at Create and,
-// read-write, back after every Exec (workspace.go). Not yet: read-only
-// workspaces (refused, ErrUnsupported).
+// read-write, back after every Exec (workspace.go). A read-only one is
+// copied in by an init container's agent and mounted read-only in the
+// sandbox container (buildPod, Pod.FillWorkspace).
 package kubernetes
 
 import (
