@@ -64,7 +64,7 @@ func (u *User) wrap(cmd *exec.Cmd) (func(), error) {
 // failure: the program never runs without the filter.
 func SeccompExec(args []string) error {
 	if len(args) < 3 {
-		return errors.New("seccomp-exec: want FD PATH ARGV...")
+		return errors.New("seccomp-exec: want FD, PATH and ARGV")
 	}
 	fd, err := strconv.Atoi(args[0])
 	if err != nil || fd < 3 {
