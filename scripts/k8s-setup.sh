@@ -85,10 +85,10 @@ cg=sandboxd-k8s
 hierarchies="cpu cpuacct cpuset memory devices freezer blkio pids systemd"
 
 t0=$(date +%s.%N)
-say() { echo "k8s-setup: [$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")s] $*"; }
+say() { echo "k8s-setup: [$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')s] $*"; }
 
 need=()
-for c in openssl:openssl jq:jq curl:curl ipset:ipset iptables:iptables bc:bc; do
+[ -n "$build_only" ] || for c in openssl:openssl jq:jq curl:curl ipset:ipset iptables:iptables; do
 	command -v "${c%%:*}" >/dev/null 2>&1 || need+=("${c#*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -97,7 +97,7 @@ if [ "${#need[@]}" -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-for b in containerd ctr runc containerd-shim-runc-v2; do
+[ -n "$build_only" ] || for b in containerd ctr runc containerd-shim-runc-v2; do
 	command -v "$b" >/dev/null || { echo "k8s-setup: $b missing (scripts/docker-setup.sh installs containerd and runc)" >&2; exit 1; }
 done
 
