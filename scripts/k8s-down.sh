@@ -84,6 +84,13 @@ if alive containerd; then
 	done
 fi
 stop containerd
+# Shims of this containerd that outlived their task (a runsc sandbox the
+# runc shim lost): each names our socket in its command line.
+for d in /proc/[0-9]*; do
+	if tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q -- "containerd-shim.* -address $sock"; then
+		kill -9 "${d#/proc/}" 2>/dev/null && say "killed a leftover shim (${d#/proc/})"
+	fi
+done
 
 # 4. Mounts under the state directory (deepest first), the pods' netns.
 findmnt -rn -o TARGET | grep "^$state/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
