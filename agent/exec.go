@@ -30,6 +30,27 @@ const (
 // same request (held.matches); any other exec discards it first, so the
 // exec sees the sandbox as if nothing had been started ahead of it.
 func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte) (ExecResult, error) {
+	before, cpu0 := int64(-1), time.Duration(0)
+	if s.opts.CgroupUsage {
+		before = oomKills()
+		cpu0, _ = cgroupUsage()
+	}
+	s.execs.Add(1)
+	res, err := s.runExecOnce(ctx, req, emit, stdin)
+	if s.execs.Add(-1) == 0 && s.opts.KillStrays {
+		if n := killStrays(); n > 0 {
+			s.log.Debug("killed processes that left the agent's session", "count", n)
+		}
+	}
+	if s.opts.CgroupUsage {
+		res.OOMKilled = before >= 0 && res.Signal == "SIGKILL" && !res.TimedOut && oomKills() > before
+		cpu1, peak := cgroupUsage()
+		res.CPU, res.PeakMemory = max(cpu1-cpu0, 0), peak
+	}
+	return res, err
+}
+
+func (s *server) runExecOnce(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte) (ExecResult, error) {
 	s.repl.dropWarm() // an exec finds no interpreter that no cell used
 	if p := s.takeHeld(); p != nil {
 		if p.matches(req) && p.alive() {
@@ -119,7 +140,13 @@ func (s *server) startProcHeld(req ExecRequest, held bool) (*proc, ExecResult, e
 	}
 	cmd.Stdout, cmd.Stderr = p.streams[0].w, p.streams[1].w
 
-	if err := procs.start(cmd); err != nil {
+	started, err := s.opts.CodeUser.wrap(cmd)
+	if err != nil {
+		return nil, ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
+	err = procs.start(cmd)
+	started()
+	if err != nil {
 		return nil, startFailure(err, start), nil
 	}
 	ok = true

@@ -174,7 +174,11 @@ func (p *pyREPL) start() (*pyProc, error) {
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW} // fds 3 and 4
 	cmd.SysProcAttr = p.user.sysProcAttr()
-	err = procs.start(cmd)
+	started, err := p.user.wrap(cmd)
+	if err == nil {
+		err = procs.start(cmd)
+		started()
+	}
 	reqR.Close()
 	respW.Close()
 	outW.Close()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,6 +34,17 @@ type ServerOptions struct {
 	// CAP_CHOWN for that, and CAP_KILL to kill the code's processes. nil:
 	// processes run as the agent's own user and files stay the agent's.
 	CodeUser *User
+	// CgroupUsage: each exec's result carries the container's memory
+	// cgroup as the agent reads it from inside: OOMKilled for a process
+	// killed by SIGKILL while the cgroup counted an OOM kill, the CPU
+	// time used meanwhile and the peak memory. For runners that cannot
+	// read the cgroup from the host.
+	CgroupUsage bool
+	// KillStrays: when the last running exec ends, processes that left
+	// the agent's session (setsid daemons) are killed. For runners that
+	// cannot do it from the host; needs the agent alone in its pid
+	// namespace.
+	KillStrays bool
 
 	// disableProcs answers exec and repl with an error (fuzzing).
 	disableProcs bool
@@ -49,6 +61,8 @@ type server struct {
 	rootAbs  string
 	repl     *pyREPL
 	shutdown chan struct{}
+
+	execs atomic.Int64 // running execs (KillStrays)
 
 	heldMu     sync.Mutex
 	held       *proc // started by prestart, waiting for its exec

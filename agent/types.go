@@ -38,6 +38,13 @@ type ExecResult struct {
 	Duration        time.Duration `json:"duration"`
 	// KilledAt is when the agent sent the kill of a timed-out process.
 	KilledAt time.Time `json:"killed_at,omitempty"`
+	// OOMKilled, CPU and PeakMemory are the container's cgroup as the
+	// agent saw it from inside (ServerOptions.CgroupUsage): the OOM
+	// killer killed the process, the CPU time used while it ran, the
+	// container's peak memory.
+	OOMKilled  bool          `json:"oom_killed,omitempty"`
+	CPU        time.Duration `json:"cpu,omitempty"`
+	PeakMemory int64         `json:"peak_memory,omitempty"`
 }
 
 // REPLRequest runs one cell in the agent's persistent Python interpreter.

@@ -11,6 +11,18 @@ import (
 // runs as uid 0 with only the capabilities it needs for that.
 type User struct {
 	UID, GID uint32
+	// Seccomp, when set, is a raw filter (struct sock_filter[]) every
+	// process of the code gets on top of the agent's own (wrap): the
+	// agent's binary starts it (SeccompExec). self is that binary.
+	Seccomp []byte
+	self    string
+}
+
+// WithSeccomp returns u whose processes start under filter (the raw
+// struct sock_filter[]) through the agent binary at self.
+func (u User) WithSeccomp(filter []byte, self string) *User {
+	u.Seccomp, u.self = filter, self
+	return &u
 }
 
 // sysProcAttr is how a process for the code starts: in its own process

@@ -279,7 +279,9 @@ func TestReplicasForwardApproval(t *testing.T) {
 	pg := pgtest.Start(t)
 	dsn := pg.NewDatabase(t)
 	cfg := forwardConfig + "tenants:\n  - name: acme\n    api_keys: [k-acme]\n    policy:\n      default: allow\n" +
-		"      rules:\n        - tool: bash\n          action: confirm\n          reason: a human looks first\n"
+		"      rules:\n        - tool: bash\n          action: confirm\n          reason: a human looks first\n" +
+		// a budget: the pending job is inserted with its spend (the shared guard)
+		"      budgets:\n        - effect: exec\n          limit: 100\n          per: 1h\n"
 	var rs []*server
 	for i := range 2 {
 		rs = append(rs, startServerArgs(t, cfg, "--store", dsn, "--replica-id", fmt.Sprintf("r%d", i+1), "--replica-lease", "6s"))

@@ -98,7 +98,8 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 		j.Callback = &Callback{URL: req.CallbackURL, State: CallbackPending}
 	}
 	var d policy.Decision
-	if req.Decision != nil {
+	reserved := req.Decision != nil // by DecideBatch
+	if reserved {
 		j.Guard, d = s.record(j, *req.Decision, now), *req.Decision
 	} else {
 		j.Guard, d = s.decide(j, tool, now)
@@ -109,6 +110,13 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	// rule, a rate or usage limit and an approval still do (cache.go).
 	if ckey != "" && (d.Outcome == policy.OutcomeAllow || (d.Outcome == policy.OutcomeDeny && d.Code == policy.CodeBudgetExhausted)) {
 		if res, ok := s.cache.get(ckey, now); ok {
+			if c := s.planCharge(d, reserved); c.Rate != nil { // a hit takes its rate limit token, as in memory
+				req := policy.Request{Tenant: j.Tenant, Session: j.SessionID, Tool: tool.Name, Effects: tool.Effects}
+				if r, ok := s.spendNow(ctx, req, d, Charge{Rate: c.Rate}); !ok {
+					j.Guard = s.record(j, r, now)
+					return s.submitRefused(ctx, j, r)
+				}
+			}
 			s.m.cache.WithLabelValues(tool.Name, "hit").Inc()
 			return s.submitCached(ctx, j, res)
 		}
@@ -127,7 +135,10 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	}
 	if s.rep != nil && ls == nil {
 		// Queued in the store for whichever replica has a free worker.
-		if err := s.enqueueShared(ctx, j); err != nil {
+		if err := s.insertJob(ctx, j, s.planCharge(d, reserved), s.cfg.Queue.Size); err != nil {
+			if r, ok := asRefused(err); ok {
+				return s.refusedBySpend(ctx, j, tool, d, r)
+			}
 			s.refund(j)
 			if errors.Is(err, ErrQueueFull) {
 				s.m.queueRejected.Inc()
@@ -144,6 +155,13 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	select {
 	case s.slots <- struct{}{}:
 	default:
+		// A call the guard would refuse is refused by it, not by the full
+		// queue, as with the in-memory guard, which decides first.
+		if c := s.planCharge(d, reserved); !c.empty() {
+			if r, ok := asRefused(s.atomic.CheckSpend(ctx, c)); ok {
+				return s.refusedBySpend(ctx, j, tool, d, r)
+			}
+		}
 		s.refund(j)
 		s.m.queueRejected.Inc()
 		return nil, false, ErrQueueFull
@@ -155,10 +173,13 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	}
 	e.mu.Lock() // a Cancel of this ID waits until the record exists
 	s.register(e)
-	if err := s.st.Create(ctx, j); err != nil {
+	if err := s.insertJob(ctx, j, s.planCharge(d, reserved), 0); err != nil {
 		e.mu.Unlock()
 		s.unregister(j.ID)
 		<-s.slots
+		if r, ok := asRefused(err); ok {
+			return s.refusedBySpend(ctx, j, tool, d, r)
+		}
 		s.refund(j)
 		if key != "" && errors.Is(err, ErrConflict) { // lost the race for the key
 			return s.replayAfterConflict(ctx, j, err)

@@ -121,17 +121,6 @@ func (c *cpuCaps) apply() {
 	}
 }
 
-// caps is the caps applied (tests).
-func (c *cpuCaps) caps() map[string]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]int64, len(c.capped))
-	for t, m := range c.capped {
-		out[t] = m
-	}
-	return out
-}
-
 // create is the runner's Create, counted as its tenant's CPU use.
 func (s *Service) create(ctx context.Context, spec runner.SandboxSpec) (runner.Sandbox, error) {
 	defer s.cpu.enter(spec.Tenant)()

@@ -31,7 +31,16 @@ func (s *Service) decide(j *Job, tool *tools.Tool, now time.Time) (*GuardRecord,
 	if !s.guardEnabled(j.Tenant) {
 		return nil, policy.Decision{Outcome: policy.OutcomeAllow}
 	}
-	d := s.cfg.Guard.Decide(policy.Request{Tenant: j.Tenant, Session: j.SessionID, Tool: tool.Name, Effects: tool.Effects})
+	req := policy.Request{Tenant: j.Tenant, Session: j.SessionID, Tool: tool.Name, Effects: tool.Effects}
+	if s.atomic != nil { // the store spends at the insert (guard_shared.go)
+		d := s.cfg.Guard.Plan(req)
+		g := s.record(j, d, now)
+		if g != nil {
+			g.Spend = nil // set once spent (insertJob)
+		}
+		return g, d
+	}
+	d := s.cfg.Guard.Decide(req)
 	return s.record(j, d, now), d
 }
 
@@ -58,7 +67,10 @@ func (s *Service) refund(j *Job) {
 	if j.Guard == nil || j.Guard.Refunded || len(j.Guard.Spend) == 0 {
 		return
 	}
-	if s.cfg.Guard != nil {
+	switch {
+	case s.atomic != nil:
+		s.refundShared(j.Guard.Spend)
+	case s.cfg.Guard != nil:
 		s.cfg.Guard.Refund(j.Guard.Spend)
 	}
 	j.Guard.Refunded = true
@@ -122,7 +134,12 @@ func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, a
 		s.refund(j)
 		return nil, false, fmt.Errorf("submit: %w", err)
 	}
-	if err := s.st.Create(ctx, j); err != nil {
+	if err := s.insertJob(ctx, j, s.planCharge(d, req.Decision != nil), 0); err != nil {
+		if r, ok := asRefused(err); ok { // nothing was spent or written
+			e.mu.Unlock()
+			s.unregister(j.ID)
+			return s.refusedBySpend(ctx, j, tool, d, r)
+		}
 		if j.IdempotencyKey != "" && errors.Is(err, ErrConflict) {
 			e.mu.Unlock()
 			s.unregister(j.ID)
@@ -344,7 +361,7 @@ func (s *Service) expireApprovals() {
 // restoreGuard re-applies the spends of jobs still inside their budget
 // windows (after a restart), and re-registers pending approvals.
 func (s *Service) restoreGuard(ctx context.Context) error {
-	if s.cfg.Guard == nil {
+	if s.cfg.Guard == nil || s.atomic != nil { // the store holds the counts
 		return nil
 	}
 	since := time.Now().Add(-s.cfg.GuardLookback)

@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/store"
+	"github.com/sandboxd/sandboxd/store/pgtest"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -133,9 +134,17 @@ func testTools(t testing.TB, gate chan struct{}) *tools.Registry {
 	return reg
 }
 
+// harnessStore is the store a harness runs on: SQLite, or Postgres
+// (onPostgres).
+type harnessStore interface {
+	job.Store
+	Close() error
+}
+
 type harness struct {
 	svc   *job.Service
-	st    *store.SQLite
+	st    harnessStore
+	pgURL string // onPostgres: the database
 	r     *fakeRunner
 	prom  *prometheus.Registry
 	gate  chan struct{} // closing it releases "wait" jobs
@@ -149,6 +158,30 @@ func notStarted(_ *job.Config, h *harness) { h.start = false }
 
 // inDir keeps the harness's database in dir (a restart opens it again).
 func inDir(dir string) option { return func(_ *job.Config, h *harness) { h.dir = dir } }
+
+// onPostgres runs the harness on a Postgres database (the test binary's
+// shared server): url, or a new database when url is "". A store on
+// Postgres spends the guard's units in the store (job.AtomicSpender).
+func onPostgres(t testing.TB, url string) option {
+	if url == "" {
+		url = pgtest.Shared(t).NewDatabase(t)
+	}
+	return func(_ *job.Config, h *harness) { h.pgURL = url }
+}
+
+// bothStores runs f on SQLite and on Postgres (store is the option that
+// picks the store; a test restarting the service passes it each time).
+func bothStores(t *testing.T, f func(t *testing.T, store func() option)) {
+	t.Run("sqlite", func(t *testing.T) {
+		f(t, func() option { return func(*job.Config, *harness) {} })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.Shared(t).NewDatabase(t)
+		f(t, func() option { return onPostgres(t, url) })
+	})
+}
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // close shuts the service down and closes the store (before a restart).
 func (h *harness) close(t testing.TB) {
@@ -170,7 +203,13 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	for _, o := range opts {
 		o(&cfg, h)
 	}
-	st, err := store.Open(filepath.Join(h.dir, "jobs.db"))
+	var st harnessStore
+	var err error
+	if h.pgURL != "" {
+		st, err = store.OpenPostgres(t.Context(), h.pgURL)
+	} else {
+		st, err = store.Open(filepath.Join(h.dir, "jobs.db"))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,19 @@ func (s *Service) DecideBatch(tenant, session string, ts []*tools.Tool) []policy
 			out[i] = policy.Decision{Outcome: policy.OutcomeAllow}
 			continue
 		}
-		out[i] = s.cfg.Guard.Decide(policy.Request{Tenant: tenant, Session: session, Tool: t.Name, Effects: t.Effects})
+		req := policy.Request{Tenant: tenant, Session: session, Tool: t.Name, Effects: t.Effects}
+		if s.atomic != nil { // reserved in the store now, in the batch's order
+			plan := s.cfg.Guard.Plan(req)
+			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+			d, ok := s.spendNow(ctx, req, plan, s.planCharge(plan, false))
+			cancel()
+			if ok {
+				d.Rate = nil // taken
+			}
+			out[i] = d
+			continue
+		}
+		out[i] = s.cfg.Guard.Decide(req)
 	}
 	return out
 }
@@ -37,7 +49,11 @@ func (s *Service) RefundDecision(d *policy.Decision) {
 	if d == nil || len(d.Spend) == 0 || s.cfg.Guard == nil {
 		return
 	}
-	s.cfg.Guard.Refund(d.Spend)
+	if s.atomic != nil {
+		s.refundShared(d.Spend)
+	} else {
+		s.cfg.Guard.Refund(d.Spend)
+	}
 	d.Spend = nil
 }
 

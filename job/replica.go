@@ -105,6 +105,9 @@ type Coordinator interface {
 	// session's for a session's job not started yet (ErrNotFound when
 	// none is live: the job is queued for any replica, or finished).
 	JobOwner(ctx context.Context, id string) (Lease, error)
+	// SetJobOwner records l as the owner of job id, which no replica
+	// owns (a job inserted with its guard spend); ErrFenced otherwise.
+	SetJobOwner(ctx context.Context, l Lease, id string) error
 	// TakeOver ends the bookkeeping of every replica whose lease expired
 	// on behalf of by, and of by's own earlier epochs.
 	TakeOver(ctx context.Context, by Lease) ([]Takeover, error)

@@ -65,6 +65,28 @@ func (f fencedStore) Create(ctx context.Context, j *Job) error {
 	return f.Store.Create(ctx, j)
 }
 
+// ownedSpender records a call waiting for approval, inserted with its
+// guard spend (AtomicSpender), as this replica's: it waits in this
+// process's memory, and a decision or cancel reaching another replica is
+// forwarded here (Coordinator.JobOwner). A session's job needs nothing:
+// JobOwner finds it through its session.
+type ownedSpender struct {
+	AtomicSpender
+	r *replica
+}
+
+func (o ownedSpender) CreateSpending(ctx context.Context, j *Job, c Charge, capacity int) ([]int64, error) {
+	used, err := o.AtomicSpender.CreateSpending(ctx, j, c, capacity)
+	if err == nil && j.State == StatePendingApproval {
+		if oerr := o.r.c.SetJobOwner(ctx, o.r.current(), j.ID); oerr != nil {
+			// Recorded and spent: it waits here all the same, only a
+			// decision on another replica does not find it.
+			return used, nil
+		}
+	}
+	return used, err
+}
+
 func (f fencedStore) CreateSession(ctx context.Context, ss *Session) error {
 	return f.r.c.CreateSessionOwned(ctx, f.r.current(), ss)
 }
@@ -254,9 +276,16 @@ func (s *Service) listenQueued() {
 func (s *Service) dispatch() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	order := ClaimOrder{Weights: map[string]int{}}
+	// The running caps set in the configuration (tenants[].max_running,
+	// queue.tenant_max_running) hold across replicas in the claim; the
+	// default cap, a share of this replica's workers, stays this
+	// replica's (its scheduler applies every cap locally too).
+	order := ClaimOrder{Weights: map[string]int{}, Caps: map[string]int{}, DefaultCap: s.cfg.Queue.TenantMaxRunning}
 	for t, sh := range s.cfg.Shares {
 		order.Weights[t] = sh.Weight
+		if sh.MaxRunning > 0 {
+			order.Caps[t] = sh.MaxRunning
+		}
 	}
 	backoff := 50 * time.Millisecond
 	for {

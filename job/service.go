@@ -43,10 +43,13 @@ import (
 type Service struct {
 	cfg Config
 	st  Store
-	reg *tools.Registry
-	r   runner.Runner // nil: sandboxed tools fail with reason internal
-	log *slog.Logger
-	m   *Metrics
+	// atomic is st when it spends the guard's units with the job's
+	// insert (guard_shared.go); nil: the in-memory guard.
+	atomic AtomicSpender
+	reg    *tools.Registry
+	r      runner.Runner // nil: sandboxed tools fail with reason internal
+	log    *slog.Logger
+	m      *Metrics
 	// cache answers identical calls of cacheable tools (cache.go); nil:
 	// no cache.
 	cache *resultCache
@@ -169,6 +172,9 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 		quit:      make(chan struct{}),
 		sessions:  make(map[string]*liveSession),
 	}
+	if a, ok := st.(AtomicSpender); ok && cfg.Guard != nil {
+		s.atomic = a
+	}
 	if cfg.Replica != nil {
 		if s.rep, err = newReplica(*cfg.Replica, st); err != nil {
 			return nil, err
@@ -176,6 +182,9 @@ func New(cfg Config, st Store, reg *tools.Registry, r runner.Runner) (*Service, 
 		// Every write of a job or session is fenced by the lease; the
 		// slots are the claimed jobs waiting for a worker.
 		s.st = fencedStore{Store: st, r: s.rep}
+		if s.atomic != nil {
+			s.atomic = ownedSpender{AtomicSpender: s.atomic, r: s.rep}
+		}
 		s.slots = make(chan struct{}, max(cfg.Queue.Size, cfg.Queue.Workers))
 	}
 	if s.images, err = newImagePolicy(r, cfg.Images); err != nil {

@@ -146,7 +146,8 @@ func TestTurnConcurrencyBound(t *testing.T) {
 }
 
 func TestTurnDeniedBesideAllowed(t *testing.T) {
-	h := newHarness(t, withPolicy(t, "acme", `
+	bothStores(t, func(t *testing.T, store func() option) {
+		h := newHarness(t, store(), withPolicy(t, "acme", `
 rules:
   - tool: oops
     action: deny
@@ -156,87 +157,90 @@ budgets:
     limit: 2
     per: 1h
 `))
-	turns := job.NewTurns(h.svc, job.TurnConfig{})
-	b := runTurn(t, turns, "acme", anthropicCalls(
-		use("t1", "add", `{"a":1,"b":2}`), use("t2", "oops", `{}`), use("t3", "echo", `{"text":"one"}`),
-		use("t4", "echo", `{"text":"two"}`), use("t5", "echo", `{"text":"three"}`)))
-	want := []struct{ state, reason, answer string }{
-		{"succeeded", "", "3"},
-		{"failed", "denied", "Error: refused by policy: no oopsing"},
-		{"succeeded", "", "one"},
-		{"succeeded", "", "two"},
-		{"failed", "budget_exhausted", "Error: refused by policy"},
-	}
-	for i, w := range want {
-		c := b.Calls[i]
-		if c.State != w.state || c.Reason != w.reason || !strings.HasPrefix(c.Answer, w.answer) || c.JobID == "" {
-			t.Errorf("call %d: %s/%s %q, want %s/%s %q", i, c.State, c.Reason, c.Answer, w.state, w.reason, w.answer)
+		turns := job.NewTurns(h.svc, job.TurnConfig{})
+		b := runTurn(t, turns, "acme", anthropicCalls(
+			use("t1", "add", `{"a":1,"b":2}`), use("t2", "oops", `{}`), use("t3", "echo", `{"text":"one"}`),
+			use("t4", "echo", `{"text":"two"}`), use("t5", "echo", `{"text":"three"}`)))
+		want := []struct{ state, reason, answer string }{
+			{"succeeded", "", "3"},
+			{"failed", "denied", "Error: refused by policy: no oopsing"},
+			{"succeeded", "", "one"},
+			{"succeeded", "", "two"},
+			{"failed", "budget_exhausted", "Error: refused by policy"},
 		}
-	}
-	if b.Effects[tools.EffectExec] != 2 || len(b.Effects) != 1 {
-		t.Errorf("effects %v, want exec: 2", b.Effects)
-	}
+		for i, w := range want {
+			c := b.Calls[i]
+			if c.State != w.state || c.Reason != w.reason || !strings.HasPrefix(c.Answer, w.answer) || c.JobID == "" {
+				t.Errorf("call %d: %s/%s %q, want %s/%s %q", i, c.State, c.Reason, c.Answer, w.state, w.reason, w.answer)
+			}
+		}
+		if b.Effects[tools.EffectExec] != 2 || len(b.Effects) != 1 {
+			t.Errorf("effects %v, want exec: 2", b.Effects)
+		}
+	})
 }
 
 func TestTurnApprovalHoldsBatch(t *testing.T) {
-	h := newHarness(t, withPolicy(t, "acme", `
+	bothStores(t, func(t *testing.T, store func() option) {
+		h := newHarness(t, store(), withPolicy(t, "acme", `
 rules:
   - tool: echo
     action: confirm
     reason: echo needs a human
 `))
-	turns := job.NewTurns(h.svc, job.TurnConfig{})
-	turn, _ := tools.ParseTurn([]byte(anthropicCalls(use("a", "add", `{"a":1,"b":1}`), use("b", "echo", `{"text":"hi"}`),
-		use("c", "echo", `{"text":"no"}`), use("d", "add", `{"a":2,"b":2}`))))
-	b, err := turns.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.State != job.BatchPendingApproval {
-		t.Fatalf("state %s", b.State)
-	}
-	if b.Calls[0].State != job.CallHeld || b.Calls[0].JobID != "" || b.Calls[1].State != "pending_approval" {
-		t.Fatalf("calls %+v", b.Calls)
-	}
-	approvals, _, err := h.svc.ListApprovals(t.Context(), "acme", job.ApprovalFilter{State: job.ApprovalPending})
-	if err != nil || len(approvals) != 2 {
-		t.Fatalf("approvals %v %v", approvals, err)
-	}
-	byJob := map[string]*job.Approval{}
-	for _, a := range approvals {
-		byJob[a.JobID] = a
-	}
-	// Approve one: the batch still waits for the other, nothing runs.
-	if _, err := h.svc.DecideApproval(t.Context(), "acme", byJob[b.Calls[1].JobID].ID, job.ApprovalDecision{Approve: true}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	cur, _ := turns.Get(t.Context(), "acme", b.ID)
-	if cur.State != job.BatchPendingApproval || cur.Calls[0].JobID != "" {
-		t.Fatalf("batch ran before every approval was decided: %+v", cur)
-	}
-	if j, _ := h.svc.Get(t.Context(), "acme", b.Calls[1].JobID); j.State != job.StateQueued || j.StartedAt != nil {
-		t.Fatalf("approved held job %+v", j)
-	}
-	if _, err := h.svc.DecideApproval(t.Context(), "acme", byJob[b.Calls[2].JobID].ID, job.ApprovalDecision{Approve: false, Reason: "not today"}); err != nil {
-		t.Fatal(err)
-	}
-	done := waitBatch(t, turns, "acme", b.ID)
-	want := []string{"2", "hi", "Error: a reviewer denied the call: not today", "4"}
-	for i, w := range want {
-		if done.Calls[i].Answer != w {
-			t.Errorf("call %d answer %q, want %q", i, done.Calls[i].Answer, w)
+		turns := job.NewTurns(h.svc, job.TurnConfig{})
+		turn, _ := tools.ParseTurn([]byte(anthropicCalls(use("a", "add", `{"a":1,"b":1}`), use("b", "echo", `{"text":"hi"}`),
+			use("c", "echo", `{"text":"no"}`), use("d", "add", `{"a":2,"b":2}`))))
+		b, err := turns.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if done.Calls[2].Reason != job.ReasonApprovalDenied {
-		t.Errorf("denied call %+v", done.Calls[2])
-	}
-	// Serial (echo is not parallel-safe): the batch's order, the approved
-	// call after the first allowed one.
-	if done.Mode != job.ModeSerial || done.Calls[1].StartedAt.Before(*done.Calls[0].FinishedAt) ||
-		done.Calls[3].StartedAt.Before(*done.Calls[1].FinishedAt) {
-		t.Errorf("order: %+v", done.Calls)
-	}
+		if b.State != job.BatchPendingApproval {
+			t.Fatalf("state %s", b.State)
+		}
+		if b.Calls[0].State != job.CallHeld || b.Calls[0].JobID != "" || b.Calls[1].State != "pending_approval" {
+			t.Fatalf("calls %+v", b.Calls)
+		}
+		approvals, _, err := h.svc.ListApprovals(t.Context(), "acme", job.ApprovalFilter{State: job.ApprovalPending})
+		if err != nil || len(approvals) != 2 {
+			t.Fatalf("approvals %v %v", approvals, err)
+		}
+		byJob := map[string]*job.Approval{}
+		for _, a := range approvals {
+			byJob[a.JobID] = a
+		}
+		// Approve one: the batch still waits for the other, nothing runs.
+		if _, err := h.svc.DecideApproval(t.Context(), "acme", byJob[b.Calls[1].JobID].ID, job.ApprovalDecision{Approve: true}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		cur, _ := turns.Get(t.Context(), "acme", b.ID)
+		if cur.State != job.BatchPendingApproval || cur.Calls[0].JobID != "" {
+			t.Fatalf("batch ran before every approval was decided: %+v", cur)
+		}
+		if j, _ := h.svc.Get(t.Context(), "acme", b.Calls[1].JobID); j.State != job.StateQueued || j.StartedAt != nil {
+			t.Fatalf("approved held job %+v", j)
+		}
+		if _, err := h.svc.DecideApproval(t.Context(), "acme", byJob[b.Calls[2].JobID].ID, job.ApprovalDecision{Approve: false, Reason: "not today"}); err != nil {
+			t.Fatal(err)
+		}
+		done := waitBatch(t, turns, "acme", b.ID)
+		want := []string{"2", "hi", "Error: a reviewer denied the call: not today", "4"}
+		for i, w := range want {
+			if done.Calls[i].Answer != w {
+				t.Errorf("call %d answer %q, want %q", i, done.Calls[i].Answer, w)
+			}
+		}
+		if done.Calls[2].Reason != job.ReasonApprovalDenied {
+			t.Errorf("denied call %+v", done.Calls[2])
+		}
+		// Serial (echo is not parallel-safe): the batch's order, the approved
+		// call after the first allowed one.
+		if done.Mode != job.ModeSerial || done.Calls[1].StartedAt.Before(*done.Calls[0].FinishedAt) ||
+			done.Calls[3].StartedAt.Before(*done.Calls[1].FinishedAt) {
+			t.Errorf("order: %+v", done.Calls)
+		}
+	})
 }
 
 func TestTurnRetries(t *testing.T) {

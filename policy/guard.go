@@ -73,6 +73,13 @@ type Decision struct {
 	// only). Persist them with the job: give them to Refund when the job
 	// never runs, and to Restore after a restart.
 	Spend []Spend
+	// Rate is the rate limit token a Plan's call takes (nil: no rate
+	// limit, or a Decide, which took it in memory).
+	Rate *RateCharge
+	// Counter (a Plan's) is, for each entry of Remaining, the index in
+	// Spend of the counter it reads: its Remaining is its Limit minus
+	// that counter's count once spent (Settle).
+	Counter []int
 }
 
 // Allowed reports whether the call may run now (Outcome allow).
@@ -103,6 +110,8 @@ type Spend struct {
 	Window      time.Duration `json:"window,omitzero"`
 	WindowStart time.Time     `json:"window_start,omitzero"`
 	Units       int64         `json:"units"`
+	// Limit is the counter's limit, set by Plan for the store to check.
+	Limit int64 `json:"limit,omitempty"`
 }
 
 // Guard decides every call of every tenant against the tenant's policy:

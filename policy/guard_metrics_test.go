@@ -81,3 +81,39 @@ sandboxd_guard_decisions_total{outcome="deny",rule="rules[0]",tenant="acme"} 1
 		t.Error("registered twice without an error")
 	}
 }
+
+// On a shared store the guard's counts are the store's: Observe sets the
+// tenant's window as reported, and the gauge shows it.
+func TestGuardMetricsObserve(t *testing.T) {
+	t.Parallel()
+	clock := newClock()
+	reg := prometheus.NewPedanticRegistry()
+	g, err := NewGuard(map[string]TenantPolicy{
+		"acme": {Budgets: []Budget{{Effect: http, Limit: 10, Per: Duration(time.Hour)}}},
+	}, GuardOptions{Now: clock.Now, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := g.Plan(req("fetch", http))
+	if len(plan.Spend) != 1 {
+		t.Fatalf("plan %+v", plan)
+	}
+	remaining := func(n string) string {
+		return `
+# HELP sandboxd_guard_budget_remaining Calls a tenant-scoped effect budget still allows in its current window.
+# TYPE sandboxd_guard_budget_remaining gauge
+sandboxd_guard_budget_remaining{effect="http",rule="budgets[0]",scope="tenant",tenant="acme"} ` + n + "\n"
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(remaining("10")), "sandboxd_guard_budget_remaining"); err != nil {
+		t.Fatalf("a plan spends nothing: %v", err)
+	}
+	g.Observe(plan.Spend, []int64{7}) // another replica's spends counted too
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(remaining("3")), "sandboxd_guard_budget_remaining"); err != nil {
+		t.Fatalf("observed 7: %v", err)
+	}
+	g.Observe(plan.Spend, []int64{-1}) // no counter: ignored
+	g.Observe(plan.Spend, []int64{6})  // a refund
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(remaining("4")), "sandboxd_guard_budget_remaining"); err != nil {
+		t.Fatalf("observed 6: %v", err)
+	}
+}

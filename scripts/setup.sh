@@ -19,6 +19,9 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap) # the local runner's benc
 [ -x /usr/bin/linux.uml ] || need+=(user-mode-linux) # the local runner's cgroup v2 test (a v2 kernel as a process)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql) # the Postgres store's tests (store/pgtest starts its own server; no systemd)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose) # integration/compose_test.go: Debian's docker-compose 1.29
+command -v ipset >/dev/null 2>&1 || need+=(ipset) # scripts/k8s-setup.sh: kube-router's NetworkPolicy sets
+command -v openssl >/dev/null 2>&1 || need+=(openssl) # scripts/k8s-setup.sh: the test cluster's certificates
+command -v jq >/dev/null 2>&1 || need+=(jq) # scripts/k8s-setup.sh, scripts/k8s/runc-masked.sh
 
 if [ "${#need[@]}" -gt 0 ]; then
 	echo "setup: installing ${need[*]}"

@@ -2,21 +2,26 @@
 # The whole test suite: installs what the tests need (packages, dockerd, the
 # sandbox images, gVisor's runsc, containerd), then runs formatting, vet and
 # staticcheck checks, unit tests with the race detector (the Docker and containerd
-# runners' against the real daemons, under runc and under runsc), short fuzz
+# runners' against the real daemons, under runc and under runsc, the
+# Kubernetes runner's on a real single-node cluster), short fuzz
 # runs and the integration tests (which start real sandboxd processes, a
 # real Prometheus and headless Chromium).
 #
 #   FUZZTIME=10s   time per fuzz target (0 skips fuzzing)
 #   SKIP_SETUP=1   skip installing packages, starting the daemons and building images
+#                  (the Kubernetes cluster of scripts/k8s-setup.sh must be up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
 if [ "${SKIP_SETUP:-}" != 1 ]; then
 	bash scripts/setup.sh
-	# Cold, runsc takes minutes to compile: build it while the images build.
+	# Cold, runsc (and Kubernetes) take minutes to compile: build them
+	# while the images build.
 	bash scripts/gvisor-setup.sh --build-only >/tmp/sandboxd-gvisor-build.log 2>&1 &
 	gvisor_build=$!
+	bash scripts/k8s-setup.sh --build-only >/tmp/sandboxd-k8s-build.log 2>&1 &
+	k8s_build=$!
 	bash scripts/docker-setup.sh
 	bash scripts/build-images.sh
 	wait "$gvisor_build" || { cat /tmp/sandboxd-gvisor-build.log; exit 1; }
@@ -24,6 +29,23 @@ if [ "${SKIP_SETUP:-}" != 1 ]; then
 	bash scripts/gvisor-setup.sh      # install runsc, register it with dockerd
 	bash scripts/containerd-setup.sh  # after gvisor-setup: registers the runsc wrapper
 	bash scripts/npm-setup.sh         # Node 22, the MCP conformance suite and Inspector CLI, Redocly's CLI
+	wait "$k8s_build" || { cat /tmp/sandboxd-k8s-build.log; exit 1; }
+	cat /tmp/sandboxd-k8s-build.log
+	# A single-node Kubernetes of its own (its own containerd; after
+	# containerd-setup: the runsc wrapper), stopped when the tests end.
+	trap 'bash scripts/k8s-down.sh' EXIT
+	bash scripts/k8s-setup.sh --quiet
+fi
+# The Kubernetes runner's tests (runner/kubernetes: TestConformance,
+# TestClusterReap) run on that cluster; its env also sets
+# SANDBOXD_REQUIRE_KUBERNETES=1, so a missing cluster fails them.
+k8s_env=${K8S_STATE:-/var/lib/sandboxd-k8s}/env
+if [ -f "$k8s_env" ]; then
+	# shellcheck disable=SC1090
+	. "$k8s_env"
+	echo "test: Kubernetes runner tests on the cluster of $SANDBOXD_KUBECONFIG"
+else
+	export SANDBOXD_REQUIRE_KUBERNETES=1 # SKIP_SETUP without a cluster: its tests fail
 fi
 # Backends, runtimes and tools that are missing must fail here, not skip.
 export SANDBOXD_REQUIRE_DOCKER=1 SANDBOXD_REQUIRE_CONTAINERD=1 SANDBOXD_REQUIRE_GVISOR=1 SANDBOXD_REQUIRE_TOOLS=1

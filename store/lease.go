@@ -27,7 +27,10 @@ var (
 	ErrFenced = job.ErrFenced
 )
 
-var _ job.Coordinator = (*Postgres)(nil)
+var (
+	_ job.Coordinator   = (*Postgres)(nil)
+	_ job.AtomicSpender = (*Postgres)(nil)
+)
 
 // Lease is a replica's lease (job.Lease).
 type Lease = job.Lease

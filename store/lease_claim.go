@@ -372,3 +372,16 @@ func (s *Postgres) JobOwner(ctx context.Context, id string) (Lease, error) {
 	l.Expires = time.Unix(0, exp).UTC()
 	return l, nil
 }
+
+// SetJobOwner implements job.Coordinator.
+func (s *Postgres) SetJobOwner(ctx context.Context, l Lease, id string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET owner = $1, owner_epoch = $2 WHERE id = $3 AND owner = '' AND `+validLease,
+		l.Replica, l.Epoch, id)
+	if err != nil {
+		return pgErr("own job "+id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("own job %s by %s epoch %d: %w", id, l.Replica, l.Epoch, ErrFenced)
+	}
+	return nil
+}

@@ -402,6 +402,20 @@ func TestCreateOwnedJobOwner(t *testing.T) {
 	if _, err := b.JobOwner(ctx, "oneshot"); !errors.Is(err, job.ErrNotFound) {
 		t.Fatalf("JobOwner of an unclaimed job: %v, want ErrNotFound", err)
 	}
+	spent := storetest.NewJob("spent", "acme", base) // inserted with its guard spend: unowned
+	spent.State = job.StatePendingApproval
+	if err := a.Create(ctx, spent); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetJobOwner(ctx, la, "spent"); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := b.JobOwner(ctx, "spent"); err != nil || l.Replica != "a" {
+		t.Fatalf("JobOwner after SetJobOwner: %+v %v", l, err)
+	}
+	if err := b.SetJobOwner(ctx, lb, "spent"); !errors.Is(err, ErrFenced) {
+		t.Fatalf("SetJobOwner of another replica's job: %v, want ErrFenced", err)
+	}
 	if cs, err := b.Claim(ctx, lb, 10, job.ClaimOrder{}); err != nil || len(cs) != 1 || cs[0].Job.ID != "oneshot" {
 		t.Fatalf("claim: %+v %v, want only the one-shot job", cs, err)
 	}
@@ -416,7 +430,7 @@ func TestCreateOwnedJobOwner(t *testing.T) {
 		t.Fatalf("a lost lease's create was recorded: %v", err)
 	}
 	tos, err := b.TakeOver(ctx, lb)
-	if err != nil || len(tos) != 1 || len(tos[0].Lost) != 2 || len(tos[0].Requeued) != 0 {
+	if err != nil || len(tos) != 1 || len(tos[0].Lost) != 3 || len(tos[0].Requeued) != 0 {
 		t.Fatalf("takeover = %+v %v, want the session's and the pending job lost", tos, err)
 	}
 	for _, id := range []string{"sj", "pj"} {
@@ -426,5 +440,56 @@ func TestCreateOwnedJobOwner(t *testing.T) {
 	}
 	if ap, err := b.GetApproval(ctx, "apr"); err != nil || ap.State != job.ApprovalExpired {
 		t.Fatalf("the pending job's approval: %+v %v, want expired", ap, err)
+	}
+}
+
+// A tenant's running cap holds across replicas: six claimers on three
+// replicas' pools, woken together, take at most the cap of its jobs
+// between them (claims are serialised; each sees the others' claims).
+func TestClaimCapAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Shared(t).NewDatabase(t)
+	ctx := t.Context()
+	var stores []*Postgres
+	var leases []Lease
+	for i := range 3 {
+		s := openPG(t, url)
+		l, err := s.Join(ctx, fmt.Sprintf("r%d", i), "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores, leases = append(stores, s), append(leases, l)
+	}
+	for i := range 50 {
+		if err := stores[0].Create(ctx, storetest.NewJob(fmt.Sprintf("j%03d", i), "acme", base.Add(time.Duration(i)*time.Millisecond))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	order := job.ClaimOrder{Caps: map[string]int{"acme": 3}}
+	for round := range 20 {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		claimed := 0
+		for i := range 6 {
+			wg.Go(func() {
+				<-start
+				cs, err := stores[i%3].Claim(ctx, leases[i%3], 3, order)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				claimed += len(cs)
+				mu.Unlock()
+			})
+		}
+		close(start)
+		wg.Wait()
+		if claimed != 3 {
+			t.Fatalf("round %d: %d jobs claimed with a cap of 3, want 3", round, claimed)
+		}
+		if _, err := stores[0].pool.Exec(ctx, `UPDATE jobs SET owner = '', owner_epoch = 0`); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -218,8 +218,7 @@ var pgMigrations = []string{
 	`ALTER TABLE jobs ADD COLUMN cached BOOLEAN NOT NULL DEFAULT false;
 	ALTER TABLE jobs ADD COLUMN hooks TEXT;`,
 	// 5: turn batches and the jobs reserved for their calls (SQLite's
-	// migration 9). Self-contained: it may take another number when
-	// branches merge.
+	// migration 9).
 	`CREATE TABLE IF NOT EXISTS batches (
 		id              TEXT   PRIMARY KEY,
 		tenant          TEXT   NOT NULL,
@@ -241,6 +240,9 @@ var pgMigrations = []string{
 		job_id   TEXT NOT NULL,
 		PRIMARY KEY (batch_id, job_id)
 	);`,
+	// 6: the guard's counters, checked and spent with a job's insert
+	// (guard_spend.go).
+	pgGuardMigration,
 }
 
 // migrate brings the schema to the latest version, holding the
@@ -742,6 +744,9 @@ func (s *Postgres) DeleteFinishedJobs(ctx context.Context, before, keepGuardedSi
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
 		d = job.Deleted{}
 		var n int64
+		if err := pruneGuardCounters(ctx, tx); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `SELECT id, OCTET_LENGTH(args) + COALESCE(OCTET_LENGTH(result), 0)
 				+ COALESCE(OCTET_LENGTH(guard), 0) + COALESCE(OCTET_LENGTH(egress), 0)
 			FROM jobs

@@ -51,6 +51,12 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == agent.SeccompExecArg {
+		// The launcher of one code process (--code-seccomp).
+		err := agent.SeccompExec(os.Args[2:])
+		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
+		os.Exit(126)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
 		os.Exit(1)
@@ -71,6 +77,9 @@ func run() error {
 	egressSocket := flag.String("egress-socket", "", "unix socket of sandboxd's egress proxy that --egress-listen forwards to")
 	uid := flag.Int("uid", codeID, "uid of every process the agent starts (the code) and of the files it creates")
 	gid := flag.Int("gid", codeID, "gid of every process the agent starts (the code) and of the files it creates")
+	cgroupUsage := flag.Bool("cgroup-usage", false, "give each exec's result the container's cgroup as read from inside: OOM-killed (SIGKILL while the memory cgroup counted an OOM kill), CPU time, peak memory (the Kubernetes runner)")
+	killStrays := flag.Bool("kill-strays", false, "when the last running exec ends, kill the processes that left the agent's session (setsid daemons); needs the agent alone in its pid namespace (the Kubernetes runner)")
+	codeSeccomp := flag.String("code-seccomp", "", "file of a raw seccomp filter (struct sock_filter[]) every process of the code gets on top of the agent's own (the Kubernetes runner: its agent needs inet sockets the code may not have); needs --uid other than the agent's")
 	flag.Parse()
 	// First, before anything runs for the code: non-dumpable, no ambient
 	// or inheritable capabilities on any thread.
@@ -103,6 +112,20 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if *codeSeccomp != "" {
+		if user == nil {
+			return errors.New("--code-seccomp needs --uid and --gid other than the agent's")
+		}
+		filter, err := os.ReadFile(*codeSeccomp)
+		if err != nil {
+			return fmt.Errorf("--code-seccomp: %w", err)
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--code-seccomp: %w", err)
+		}
+		user = user.WithSeccomp(filter, self)
+	}
 
 	logger := slog.New(slog.DiscardHandler)
 	if *verbose {
@@ -114,11 +137,13 @@ func run() error {
 		go agent.Reap(ctx)
 	}
 	opts := agent.ServerOptions{
-		Root:       *root,
-		PythonPath: *python,
-		Env:        baseEnv(),
-		Logger:     logger,
-		CodeUser:   user,
+		Root:        *root,
+		PythonPath:  *python,
+		Env:         baseEnv(),
+		Logger:      logger,
+		CodeUser:    user,
+		CgroupUsage: *cgroupUsage,
+		KillStrays:  *killStrays,
 	}
 	if *egressListen != "" {
 		// Before "ready": no sandboxed code runs until the proxy address

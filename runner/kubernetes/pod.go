@@ -26,6 +26,7 @@ import (
 const (
 	tokenDir  = runner.AgentDir + "/token" // the Secret, 0400 root's
 	tokenKey  = "token"
+	filterKey = "seccomp" // the code's raw filter (agent --code-seccomp)
 	container = "sandbox"
 	// fillContainer is the init container of a pod with a read-only
 	// workspace: the same agent with the workspace emptyDir writable,
@@ -103,6 +104,7 @@ func buildPod(in podInput) *corev1.Pod {
 	tmpSize, _ := l.Tmpfs(in.TmpBytes)
 	cmd := []string{"/usr/bin/env", "-i", in.AgentBinary,
 		"--listen-tcp", fmt.Sprintf("0.0.0.0:%d", in.AgentPort), "--token-file", path.Join(tokenDir, tokenKey),
+		"--code-seccomp", path.Join(tokenDir, filterKey), "--cgroup-usage", "--kill-strays",
 		"--root", runner.WorkspaceDir, "--uid", fmt.Sprint(policy.CodeUID), "--gid", fmt.Sprint(policy.CodeGID)}
 	fillCmd := append([]string(nil), cmd...) // no egress: it runs no code
 	ports := []corev1.ContainerPort{{Name: "agent", ContainerPort: int32(in.AgentPort), Protocol: corev1.ProtocolTCP}}
@@ -121,7 +123,7 @@ func buildPod(in podInput) *corev1.Pod {
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(tmpSize, resource.BinarySI)}}},
 		{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(tmpSize, resource.BinarySI)}}},
 		{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: in.Name, DefaultMode: ptr(int32(0o400)), Items: []corev1.KeyToPath{{Key: tokenKey, Path: tokenKey, Mode: ptr(int32(0o400))}},
+			SecretName: in.Name, DefaultMode: ptr(int32(0o400)), Items: []corev1.KeyToPath{{Key: tokenKey, Path: tokenKey, Mode: ptr(int32(0o400))}, {Key: filterKey, Path: filterKey, Mode: ptr(int32(0o400))}},
 		}}},
 	}
 	fillMounts := append([]corev1.VolumeMount(nil), mounts...)
@@ -197,13 +199,14 @@ func buildPod(in podInput) *corev1.Pod {
 	return pod
 }
 
-// buildSecret is a sandbox's token Secret.
-func buildSecret(name, namespace string, lbl map[string]string, token []byte) *corev1.Secret {
+// buildSecret is a sandbox's Secret: its token and the code's seccomp
+// filter.
+func buildSecret(name, namespace string, lbl map[string]string, token, filter []byte) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: lbl},
 		Type:       corev1.SecretTypeOpaque,
 		Immutable:  ptr(true),
-		Data:       map[string][]byte{tokenKey: token},
+		Data:       map[string][]byte{tokenKey: token, filterKey: filter},
 	}
 }
 

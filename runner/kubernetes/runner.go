@@ -149,18 +149,24 @@ func unavailable(err error) bool {
 	return errors.As(err, &ne) || strings.Contains(err.Error(), "connection refused")
 }
 
-// seccomp is the pod's profile for iso.
-func (r *Runner) seccomp(iso *runner.Isolation) (corev1.SeccompProfile, error) {
-	if r.cfg.SeccompFallback {
-		return corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}, nil
-	}
+// seccomp is the pod's profile for iso (the agent's: agentProfile, or
+// RuntimeDefault with SeccompFallback) and the raw filter of the code's
+// processes (the policy's profile, with the fallback too).
+func (r *Runner) seccomp(iso *runner.Isolation) (corev1.SeccompProfile, []byte, error) {
 	sc := iso.Seccomp
 	if r.cfg.RuntimeClass != "" && strings.Contains(r.cfg.RuntimeClass, "gvisor") {
 		sc = iso.SeccompGVisor
 	}
-	name, _, err := ProfileName(r.cfg.SeccompDir, sc)
+	filter, err := codeFilter(sc)
 	if err != nil {
-		return corev1.SeccompProfile{}, err
+		return corev1.SeccompProfile{}, nil, err
 	}
-	return corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}, nil
+	if r.cfg.SeccompFallback {
+		return corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}, filter, nil
+	}
+	name, _, err := ProfileName(r.cfg.SeccompDir, agentProfile(sc))
+	if err != nil {
+		return corev1.SeccompProfile{}, nil, err
+	}
+	return corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}, filter, nil
 }

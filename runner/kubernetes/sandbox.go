@@ -59,7 +59,7 @@ func (r *Runner) StartPod(ctx context.Context, spec runner.SandboxSpec, limits r
 		delete(lbl, hostside.LabelOwnerProc)
 		ann[hostside.LabelOwnerProc] = v
 	}
-	sc, err := r.seccomp(spec.Isolation)
+	sc, filter, err := r.seccomp(spec.Isolation)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func (r *Runner) StartPod(ctx context.Context, spec runner.SandboxSpec, limits r
 	for k, v := range lbl {
 		secretLabels[k] = v
 	}
-	sec := buildSecret(p.Name, r.cfg.Namespace, secretLabels, p.Token)
+	sec := buildSecret(p.Name, r.cfg.Namespace, secretLabels, p.Token, filter)
 	sec.Annotations = ann
 	if _, err := r.c.CoreV1().Secrets(r.cfg.Namespace).Create(cctx, sec, metav1.CreateOptions{}); err != nil {
 		if apierrors.IsAlreadyExists(err) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -271,7 +272,7 @@ func TestFakeReap(t *testing.T) {
 // TestBuildPod: the isolation as the Pod carries it.
 func TestBuildPod(t *testing.T) {
 	iso := runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)
-	name, _, err := ProfileName("sandboxd", iso.Seccomp)
+	name, _, err := ProfileName("sandboxd", agentProfile(iso.Seccomp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +307,7 @@ func TestBuildPod(t *testing.T) {
 	if c.Resources.Limits.Memory().Value() != lim.MemoryBytes || c.Resources.Limits.Cpu().MilliValue() != lim.CPUMillis || c.Resources.Limits.StorageEphemeral().Value() == 0 {
 		t.Fatalf("limits %v", c.Resources.Limits)
 	}
-	if !slicesContains(c.Command, "65534") || !slicesContains(c.Command, "--listen-tcp") {
+	if !slicesContains(c.Command, "65534") || !slicesContains(c.Command, "--listen-tcp") || !slicesContains(c.Command, "--code-seccomp") {
 		t.Fatalf("command %v", c.Command)
 	}
 	profiles, err := SeccompProfiles("sandboxd")
@@ -352,6 +353,34 @@ func TestFakeWorkspaceSync(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(ws, "sub", "out.txt")); err != nil || string(b) != "from pod" {
 		t.Fatalf("host sees %q %v", b, err)
+	}
+}
+
+// TestSeccompSplit: the pod's (the agent's) profile adds only the inet
+// socket families to the policy's; the code keeps the policy's own, as
+// the raw filter the Secret carries; the policy's value is not changed.
+func TestSeccompSplit(t *testing.T) {
+	for _, nw := range []runner.NetworkMode{runner.NetworkNone, runner.NetworkEgress} {
+		iso := runnertest.Isolation(runner.WorkspaceReadWrite, nw)
+		before := len(iso.Seccomp.Syscalls)
+		a := agentProfile(iso.Seccomp)
+		if !allowsFamily(a, unix.AF_INET) || !allowsFamily(a, unix.AF_INET6) || allowsFamily(a, unix.AF_PACKET) {
+			t.Fatalf("%s: agent profile families", nw)
+		}
+		if len(iso.Seccomp.Syscalls) != before || allowsFamily(iso.Seccomp, unix.AF_INET) != (nw == runner.NetworkEgress) {
+			t.Fatalf("%s: the policy's profile changed or is not as expected", nw)
+		}
+		if nw == runner.NetworkEgress && len(a.Syscalls) != before {
+			t.Fatalf("egress: agent profile added %d rules to one that allows inet", len(a.Syscalls)-before)
+		}
+		f, err := codeFilter(iso.Seccomp)
+		if err != nil || len(f) == 0 || len(f)%8 != 0 {
+			t.Fatalf("%s: code filter of %d bytes, %v", nw, len(f), err)
+		}
+		sec := buildSecret("s", "ns", nil, []byte("t"), f)
+		if string(sec.Data[filterKey]) != string(f) {
+			t.Fatalf("%s: secret lacks the filter", nw)
+		}
 	}
 }
 

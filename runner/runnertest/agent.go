@@ -35,6 +35,11 @@ var GVisorKnownLeaks = map[string]string{
 // /dev/shm ignore Limits.DiskInodes.
 const LeakTmpfsInodes = "tmpfs nr_inodes"
 
+// LeakNetDevice names, in Factory.KnownLeaks, a backend whose NetworkNone
+// sandboxes see a network device besides lo (one they cannot open a
+// socket on: testInetSocket still holds).
+const LeakNetDevice = "network device"
+
 // attackPrelude defines attempt(name, fn): it prints "name: denied ERRNO"
 // when fn raises OSError and "name: ALLOWED result" otherwise. c(r)
 // turns a failed libc call's -1 into OSError.

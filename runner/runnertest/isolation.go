@@ -215,12 +215,22 @@ for host in ["127.0.0.1", "10.0.0.1", "1.1.1.1"]:
 	case <-time.After(100 * time.Millisecond):
 	}
 	res = s.sh(t, sb, "cat /proc/net/dev")
+	why, known := s.f.KnownLeaks[LeakNetDevice]
+	seen := false
 	for _, line := range strings.Split(string(res.Stdout), "\n") {
 		if i := strings.Index(line, ":"); i > 0 {
 			if dev := strings.TrimSpace(line[:i]); dev != "lo" {
-				t.Errorf("network device %q visible in a NetworkNone sandbox", dev)
+				seen = true
+				if known {
+					t.Logf("known leak on runner %q: network device %q visible (%s)", s.r.Name(), dev, why)
+				} else {
+					t.Errorf("network device %q visible in a NetworkNone sandbox", dev)
+				}
 			}
 		}
+	}
+	if known && !seen {
+		t.Errorf("known leak %q no longer happens: drop it from Factory.KnownLeaks and the docs", LeakNetDevice)
 	}
 }
 

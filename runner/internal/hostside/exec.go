@@ -103,6 +103,10 @@ func ExecResult(ar agent.ExecResult, req agent.ExecRequest, limits runner.Limits
 	if sig := int(unix.SignalNum(res.Signal)); sig != 0 && res.ExitCode <= 0 {
 		res.ExitCode = 128 + sig
 	}
+	// Without a host cgroup: the agent's view from inside
+	// (agent.ServerOptions.CgroupUsage), if it has one.
+	res.OOMKilled = ar.OOMKilled
+	res.Usage = runner.Usage{CPU: ar.CPU, PeakMemory: ar.PeakMemory}
 	if cg != nil {
 		res.OOMKilled = res.Signal == "SIGKILL" && !res.TimedOut && after.OOMKills > before.OOMKills
 		res.Usage = runner.Usage{CPU: after.CPU - before.CPU, PeakMemory: after.Peak}
