@@ -166,18 +166,33 @@ func TestKillAtDeadlineFromStart(t *testing.T) {
 // its weighted share of the host's CPUs, and the cap is in place before
 // the second tenant's job runs; a tenant running alone is uncapped.
 func TestTenantCPUCapsWhileCompeting(t *testing.T) {
-	h := newHarness(t, func(c *job.Config, _ *harness) {
+	h := newHarness(t, func(c *job.Config, h *harness) {
 		c.Tenants = 2
 		c.Shares = map[string]config.TenantShare{"gold": {Weight: 300}}
+		h.r.started = make(chan string, 8)
 	})
 	ncpu := int64(runtime.NumCPU()) * 1000
-	gold := h.submit(t, "gold", call("sh", `{"cmd":"sleep","arg":"2s"}`))
-	h.waitRunning(t, "gold", gold.ID)
+	execStarted := func(id string) { // the job's command started in its sandbox
+		t.Helper()
+		for {
+			select {
+			case got := <-h.r.started:
+				if got == id {
+					return
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("job %s's command never started", id)
+			}
+		}
+	}
+	gold := h.submit(t, "gold", call("sh", `{"cmd":"sleep","arg":"3s"}`))
+	execStarted(gold.ID)
 	if c := h.r.caps(); len(c) != 0 {
 		t.Fatalf("caps with one tenant running: %v, want none", c)
 	}
-	plain := h.submit(t, "plain", call("sh", `{"cmd":"sleep","arg":"300ms"}`))
-	h.waitRunning(t, "plain", plain.ID)
+	plain := h.submit(t, "plain", call("sh", `{"cmd":"sleep","arg":"1s"}`))
+	execStarted(plain.ID)
+	// The cap was written before plain's command started.
 	want := map[string]int64{"gold": ncpu * 300 / 400, "plain": ncpu * 100 / 400}
 	if c := h.r.caps(); !maps.Equal(c, want) {
 		t.Fatalf("caps while both run: %v, want %v", c, want)
