@@ -150,7 +150,10 @@ func TestInstanceWorkspacesAfterKillRounds(t *testing.T) {
 func TestInstanceCleanupRetried(t *testing.T) {
 	s := startServer(t, "")
 	var sess sessionView
-	if resp, data := s.do("POST", "/v1/sessions", "", map[string]any{}, &sess); resp.StatusCode != 201 {
+	// Limits no pooled profile has: the session's own workspace,
+	// sessions/<id> (one that takes a pooled sandbox keeps that sandbox's,
+	// pool/<id>, depending on whether the pool is ready).
+	if resp, data := s.do("POST", "/v1/sessions", "", map[string]any{"limits": map[string]any{"disk_bytes": 48 << 20}}, &sess); resp.StatusCode != 201 {
 		t.Fatalf("create session: %d %s", resp.StatusCode, data)
 	}
 	if j := s.runIn(sess.ID, "bash", map[string]any{"command": "head -c 4096 /dev/zero > pinned"}); j.State != "succeeded" {

@@ -70,11 +70,17 @@ func (s *server) metric(name string) float64 {
 func TestSessionEndToEnd(t *testing.T) {
 	s := startServer(t, "")
 	var sess sessionView
-	resp, data := s.do("POST", "/v1/sessions", "", map[string]any{"ttl_seconds": 600}, &sess)
+	// Limits no pooled profile has: the session's own workspace,
+	// sessions/<id> (one that takes a pooled sandbox keeps that sandbox's,
+	// pool/<id>, depending on whether the pool is ready).
+	resp, data := s.do("POST", "/v1/sessions", "", map[string]any{"ttl_seconds": 600, "limits": map[string]any{"disk_bytes": 48 << 20}}, &sess)
 	if resp.StatusCode != 201 || sess.State != "active" {
 		t.Fatalf("create: %d %s", resp.StatusCode, data)
 	}
 	ws := filepath.Join(s.DataDir, "workspaces", "sessions", sess.ID)
+	if _, err := os.Stat(ws); err != nil {
+		t.Fatalf("the session's workspace: %v", err)
+	}
 
 	// bash writes a file; the next call (an in-process tool) reads it.
 	if j := s.runIn(sess.ID, "bash", map[string]any{"command": "echo persisted > note.txt; id -u"}); j.State != "succeeded" {

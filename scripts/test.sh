@@ -103,11 +103,21 @@ fi
 echo "== integration tests"
 go test -tags integration -count=1 -timeout 45m -v ./integration/ 2>&1 | tee /tmp/sandboxd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' || true
 # On failure, the filter above has hidden the messages: print each
-# failing test's name and the file:line messages tests wrote (t.Error,
-# t.Fatal, t.Log), then the log's end (a panic or a timeout's stacks).
+# failing test's name with the file:line messages it wrote (t.Error,
+# t.Fatal, t.Log; its last 60), then the log's end (a panic or a
+# timeout's stacks).
 integration_failed() {
 	echo "== integration failures (full log: /tmp/sandboxd-integration.log)"
-	grep -E '^[[:space:]]*--- FAIL|^[[:space:]]+[A-Za-z0-9_./-]+_test\.go:[0-9]+: ' /tmp/sandboxd-integration.log | tail -200
+	awk '
+		/^=== (RUN|CONT) / { cur = $3; next }
+		/^[[:space:]]*--- FAIL: / { failed[$3] = 1; next }
+		/^[[:space:]]+[A-Za-z0-9_.\/-]+_test\.go:[0-9]+: / { n[cur]++; msg[cur, n[cur]] = $0; next }
+		END {
+			for (t in failed) {
+				print "--- FAIL: " t
+				for (i = (n[t] > 60 ? n[t] - 59 : 1); i <= n[t]; i++) print msg[t, i]
+			}
+		}' /tmp/sandboxd-integration.log
 	echo "== end of the log"
 	tail -60 /tmp/sandboxd-integration.log
 	exit 1
