@@ -7,10 +7,12 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -47,6 +49,9 @@ type SQLite struct {
 	// latencies. checkpointLoop does it on a reader connection instead, which
 	// WAL mode runs alongside the writer.
 	stopCheckpoint chan struct{}
+	// walRestart is the WAL size that forces a checkpoint (walRestartBytes;
+	// smaller in tests).
+	walRestart     int64
 	checkpointDone chan struct{}
 }
 
@@ -61,6 +66,10 @@ const (
 // batches so far.
 func (s *SQLite) GroupStats() groupcommit.Stats { return s.group.Stats() }
 
+// busyTimeout is how long a connection waits for a lock before
+// SQLITE_BUSY.
+const busyTimeout = 10 * time.Second
+
 // checkpointInterval is how often the WAL is copied back into the database.
 const checkpointInterval = time.Second
 
@@ -68,18 +77,21 @@ const checkpointInterval = time.Second
 // pending migrations. The database runs in WAL mode with a busy timeout,
 // foreign keys on and write transactions started IMMEDIATE, so concurrent
 // writers wait for each other instead of failing with SQLITE_BUSY.
-func Open(path string) (*SQLite, error) {
+func Open(path string) (*SQLite, error) { return open(path, walRestartBytes) }
+
+// open is Open with the WAL size that forces a checkpoint.
+func open(path string, walRestart int64) (*SQLite, error) {
 	if path == "" || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("open store: invalid path %q", path)
 	}
 	q := url.Values{}
-	q.Set("_busy_timeout", "10000")
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
 	q.Set("_journal_mode", "WAL")
 	q.Set("_foreign_keys", "1")
 	q.Set("_synchronous", "NORMAL") // durable across process crashes in WAL mode
 	q.Set("_txlock", "immediate")
 	dsn := path + "?" + q.Encode()
-	s := &SQLite{path: path}
+	s := &SQLite{path: path, walRestart: walRestart}
 	ok := false
 	defer func() {
 		if !ok {
@@ -110,8 +122,8 @@ func Open(path string) (*SQLite, error) {
 	if s.db, err = sql.Open("sqlite", dsn); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s.db.SetMaxOpenConns(8)
-	s.db.SetMaxIdleConns(8)
+	s.db.SetMaxOpenConns(readConns)
+	s.db.SetMaxIdleConns(readConns)
 	s.db.SetConnMaxIdleTime(5 * time.Minute)
 	for _, p := range []struct {
 		db   *sql.DB
@@ -136,7 +148,7 @@ func Open(path string) (*SQLite, error) {
 	}
 	// A WAL that grew during a burst (a retention pass, a compaction) is
 	// cut back to this size when it restarts after a checkpoint.
-	if _, err := s.w.ExecContext(ctx, "PRAGMA journal_size_limit=16777216"); err != nil {
+	if _, err := s.w.ExecContext(ctx, fmt.Sprintf("PRAGMA journal_size_limit=%d", walKeepBytes)); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	s.group = groupcommit.New(groupcommit.Backend[*sql.Tx]{
@@ -172,18 +184,106 @@ func incrementalVacuum(ctx context.Context, w *sql.DB) error {
 
 func (s *SQLite) checkpointLoop() {
 	defer close(s.checkpointDone)
-	t := time.NewTicker(checkpointInterval)
+	t := time.NewTicker(walCheckInterval)
 	defer t.Stop()
-	for {
+	var holdOff time.Time // a forced checkpoint that found readers: not again before
+	for n := 1; ; n++ {
 		select {
 		case <-s.stopCheckpoint:
 			return
 		case <-t.C:
-			// PASSIVE never waits for readers or the writer; what it cannot
-			// copy now it copies next time.
-			_, _ = s.db.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+		}
+		var size int64
+		if fi, err := os.Stat(s.path + "-wal"); err == nil {
+			size = fi.Size()
+		}
+		mayForce := time.Now().After(holdOff)
+		if (mayForce && size >= s.walRestart) || n%int(checkpointInterval/walCheckInterval) == 0 {
+			if !s.checkpoint(size, mayForce) {
+				holdOff = time.Now().Add(restartHoldOff)
+			}
 		}
 	}
+}
+
+// walRestartBytes is the WAL size from which a checkpoint that cannot
+// finish is forced: under writes without a pause a passive checkpoint
+// never catches up (and readers keep the writer from starting the WAL
+// over), so the WAL grew with everything written, and the database
+// file, which shrinks only when a checkpoint finishes, kept the pages
+// retention and compaction gave back. walCheckInterval is how often the
+// WAL's size is looked at. A WAL left larger than walKeepBytes is cut
+// back to it when the writer starts it over (journal_size_limit), or
+// emptied once a passive checkpoint has copied all of it.
+const (
+	walRestartBytes  = 64 << 20
+	walKeepBytes     = 16 << 20
+	walCheckInterval = 100 * time.Millisecond
+)
+
+// restartWait bounds how long a forced checkpoint waits for the readers
+// and the writer (reads and job writes wait for it meanwhile); one that
+// could not finish is not tried again for restartHoldOff.
+const (
+	restartWait    = 250 * time.Millisecond
+	restartHoldOff = 500 * time.Millisecond
+)
+
+// readConns is the size of the reader pool.
+const readConns = 8
+
+// checkpoint copies the WAL (of size bytes) back into the database.
+// PASSIVE never waits for readers or the writer; what it cannot copy now
+// it copies next time. When mayForce and the WAL reached s.walRestart, or
+// the passive one copied all of a WAL above walKeepBytes (which only the
+// writer's next commit would cut back, and no write may come), a
+// TRUNCATE checkpoint follows, which copies the rest (little: the
+// passive one just copied the bulk) and empties the WAL. It runs with every connection held: the readers'
+// (readers that overlap without a pause share a read mark the
+// checkpoint can never take, and starved it), then the writer's (a
+// checkpoint competing for the write lock loses to a busy writer). It
+// reports false when a forced checkpoint could not finish.
+func (s *SQLite) checkpoint(size int64, mayForce bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var busy, log, done int64
+	if err := s.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done); err != nil || !mayForce {
+		return true
+	}
+	if size < s.walRestart && !(log > 0 && log == done && size > walKeepBytes) {
+		return true
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), restartWait)
+	defer cancel()
+	held := make([]*sql.Conn, 0, readConns)
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range readConns { // each waits for its reader to finish
+		c, err := s.db.Conn(ctx)
+		if err != nil {
+			return false
+		}
+		held = append(held, c)
+	}
+	w, err := s.w.Conn(ctx) // waits for the write in progress
+	if err != nil {
+		return false
+	}
+	defer w.Close()
+	// Another process's reader is waited for no longer than restartWait;
+	// the connection goes back with the store's own timeout, or not at all.
+	if _, err := w.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout=%d", restartWait.Milliseconds())); err != nil {
+		_ = w.Raw(func(any) error { return driver.ErrBadConn })
+		return false
+	}
+	err = w.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &log, &done)
+	if _, err := w.ExecContext(context.Background(), fmt.Sprintf("PRAGMA busy_timeout=%d", busyTimeout.Milliseconds())); err != nil {
+		_ = w.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	return err == nil && busy == 0
 }
 
 // Close closes the database. Calls after the first are no-ops.
