@@ -436,3 +436,41 @@ func mustEcho(t *testing.T, sb runner.Sandbox) {
 		t.Fatalf("echo: %v %+v", err, res)
 	}
 }
+
+// TestReapReplica: a replica that took over a dead one's work reaps the
+// dead one's sandboxes in the shared namespace (ReplicaReaper), by its
+// replica label, whether the dead one's process lives or not, and no
+// other replica's.
+func TestReapReplica(t *testing.T) {
+	dead := newTestRunner(t, Config{ReconcileInterval: -1}) // the replica that lost its lease
+	taker := newTestRunner(t, Config{ReconcileInterval: -1})
+	tok := hostside.NewID()
+	mk := func(replica string) runner.Sandbox {
+		sb, err := dead.Create(t.Context(), runner.SandboxSpec{Replica: replica, Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Close(context.Background()) })
+		return sb
+	}
+	gone, kept := mk("rep-dead-"+tok), mk("rep-live-"+tok)
+	n, err := taker.ReapReplica(t.Context(), "rep-dead-"+tok)
+	if err != nil || n != 1 {
+		t.Fatalf("ReapReplica = %d, %v; want 1", n, err)
+	}
+	if _, err := taker.c.ContainerService().Get(t.Context(), gone.ID()); err == nil {
+		t.Fatal("the dead replica's container survived ReapReplica")
+	}
+	if res, err := kept.Exec(t.Context(), runner.Process{Args: []string{"/bin/echo", "ok"}}); err != nil || string(res.Stdout) != "ok\n" {
+		t.Fatalf("another replica's sandbox after the reap: %+v %v", res, err)
+	}
+	if n, err := taker.ReapReplica(t.Context(), "rep-dead-"+tok); err != nil || n != 0 {
+		t.Fatalf("second ReapReplica = %d, %v; want 0", n, err)
+	}
+	if err := gone.Close(t.Context()); err != nil {
+		t.Fatalf("Close after the reap: %v", err)
+	}
+	if left := dead.leftovers(gone.ID()); len(left) > 0 {
+		t.Fatalf("left after the reap and Close: %v", left)
+	}
+}

@@ -12,7 +12,9 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
 // shortTempDir is t.TempDir where a test's name would make the sandboxes'
@@ -128,5 +130,43 @@ func TestStateDirTooLong(t *testing.T) {
 	_, err := newRunner(t.Context(), cfg, &fakeAPI{})
 	if err == nil || !strings.Contains(err.Error(), "too long for the sandboxes' unix sockets") {
 		t.Fatalf("newRunner with a %d-byte StateDir: %v", len(cfg.StateDir), err)
+	}
+}
+
+// TestReapReplica: a replica that took over a dead one's work reaps the
+// dead one's sandboxes on the shared daemon (ReplicaReaper), by its
+// replica label, whether the dead one's process lives or not, and no
+// other replica's.
+func TestReapReplica(t *testing.T) {
+	dead := newTestRunner(t, Config{ReconcileInterval: -1}) // the replica that lost its lease
+	taker := newTestRunner(t, Config{ReconcileInterval: -1})
+	tok := hostside.NewID()
+	mk := func(replica string) runner.Sandbox {
+		sb, err := dead.Create(t.Context(), runner.SandboxSpec{Replica: replica, Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Close(context.Background()) })
+		return sb
+	}
+	gone, kept := mk("rep-dead-"+tok), mk("rep-live-"+tok)
+	n, err := taker.ReapReplica(t.Context(), "rep-dead-"+tok)
+	if err != nil || n != 1 {
+		t.Fatalf("ReapReplica = %d, %v; want 1", n, err)
+	}
+	if _, err := taker.api.ContainerInspect(t.Context(), gone.(*Sandbox).ContainerID(), client.ContainerInspectOptions{}); err == nil {
+		t.Fatal("the dead replica's container survived ReapReplica")
+	}
+	if res, err := kept.Exec(t.Context(), runner.Process{Args: []string{"/bin/echo", "ok"}}); err != nil || string(res.Stdout) != "ok\n" {
+		t.Fatalf("another replica's sandbox after the reap: %+v %v", res, err)
+	}
+	if n, err := taker.ReapReplica(t.Context(), "rep-dead-"+tok); err != nil || n != 0 {
+		t.Fatalf("second ReapReplica = %d, %v; want 0", n, err)
+	}
+	if err := gone.Close(t.Context()); err != nil {
+		t.Fatalf("Close after the reap: %v", err)
+	}
+	if left := dead.leftovers(gone.ID()); len(left) > 0 {
+		t.Fatalf("left after the reap and Close: %v", left)
 	}
 }
