@@ -41,3 +41,23 @@ func TestStoreKey(t *testing.T) {
 		t.Fatalf("--store: %v, store %q", err, c.Store)
 	}
 }
+
+// replica_address is the HOST:PORT forwarded requests go to: a URL (a
+// scheme, a path) is refused at start, not at the first forward.
+func TestReplicaAddressKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		v  string
+		ok bool
+	}{
+		{"", true}, {"sandboxd-2:8080", true}, {"10.0.0.7:8080", true}, {"[fd00::7]:8080", true},
+		{"http://sandboxd-2:8080", false}, {"sandboxd-2", false}, {":8080", false}, {"sandboxd-2:8080/api", false},
+	} {
+		c := Defaults()
+		c.DataDir = "/var/lib/sandboxd"
+		c.ReplicaAddress = tc.v
+		if err := c.Validate(); (err == nil) != tc.ok {
+			t.Errorf("replica_address %q: %v, want ok=%v", tc.v, err, tc.ok)
+		}
+	}
+}

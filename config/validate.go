@@ -102,6 +102,13 @@ func quote(v reflect.Value) string {
 
 // validate holds the rules across keys.
 func (c *Config) validate(bad func(string, ...any)) {
+	if a := c.ReplicaAddress; a != "" {
+		// Forwarded requests go to http://ADDRESS: a URL here would be a
+		// host named "http" (every forward failing at run time).
+		if host, _, err := net.SplitHostPort(a); err != nil || host == "" || strings.ContainsAny(a, "/@?#") {
+			bad("replica_address %q: want the HOST:PORT other replicas reach this one at (no scheme or path)", a)
+		}
+	}
 	if c.Runner.Name == "docker" && !filepath.IsAbs(c.Runner.Docker.AgentPath) {
 		bad("runner.docker.agent_path %q: the docker runner needs the absolute path of the static sandbox-agent binary (none next to sandboxd or on PATH; build it with CGO_ENABLED=0 go build -o /usr/local/bin/sandbox-agent ./cmd/sandbox-agent)", c.Runner.Docker.AgentPath)
 	}

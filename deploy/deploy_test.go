@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sandboxd/sandboxd/config"
 )
 
 // compose is the part of docker-compose.yml the tests read.
@@ -492,13 +494,162 @@ func TestComposeVariants(t *testing.T) {
 	}
 	want := map[string]string{"../docker-compose.gvisor.yml": "--runtime\n    - runsc"}
 	for _, v := range variants {
-		out, err := composeConfig(dc, []string{composeFile, v}, "SANDBOXD_API_KEYS=key-example:example")
+		out, err := composeConfig(dc, []string{composeFile, v}, replicasEnv...)
 		if err != nil {
 			t.Errorf("docker-compose config with %s: %v\n%s", v, err, out)
 			continue
 		}
 		if w, ok := want[v]; ok && !strings.Contains(out, w) {
 			t.Errorf("%s: the merged file lacks %q:\n%s", v, w, out)
+		}
+	}
+}
+
+// replicasEnv is what docker-compose.replicas.yml requires besides the API
+// keys.
+var replicasEnv = []string{"SANDBOXD_API_KEYS=key-example:example", "SANDBOXD_PG_PASSWORD=pw-example",
+	"SANDBOXD_REPLICA_SECRET=secret-example-0123456789abcdef0123"}
+
+// docker-compose.replicas.yml, merged with docker-compose.yml as
+// docker-compose merges it: three replicas on one Postgres, each with a
+// data dir of its own, the same store and secret, an address the others
+// reach on the compose network and a port of its own; Prometheus scrapes
+// each; the secrets are required; sandboxd takes the replicas'
+// configuration.
+func TestComposeReplicas(t *testing.T) {
+	t.Parallel()
+	dc, err := exec.LookPath("docker-compose")
+	if err != nil {
+		if os.Getenv("SANDBOXD_REQUIRE_TOOLS") != "" {
+			t.Fatal("docker-compose not installed (scripts/setup.sh installs it)")
+		}
+		t.Skip("docker-compose not installed (scripts/setup.sh installs it; set SANDBOXD_REQUIRE_TOOLS=1 to fail instead)")
+	}
+	files := []string{composeFile, "../docker-compose.replicas.yml"}
+	out, err := composeConfig(dc, files, replicasEnv...)
+	if err != nil {
+		t.Fatalf("docker-compose config: %v\n%s", err, out)
+	}
+	var c struct {
+		Services map[string]struct {
+			Image       string            `yaml:"image"`
+			PID         string            `yaml:"pid"`
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+			Volumes     []string          `yaml:"volumes"`
+			Ports       []string          `yaml:"ports"`
+			DependsOn   map[string]any    `yaml:"depends_on"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &c); err != nil {
+		t.Fatalf("docker-compose config printed: %v\n%s", err, out)
+	}
+	replicas := []string{"sandboxd", "sandboxd-2", "sandboxd-3"}
+	var store, secret string
+	ids, dirs, ports := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, name := range replicas {
+		svc, ok := c.Services[name]
+		if !ok {
+			t.Fatalf("no service %q", name)
+		}
+		env := svc.Environment
+		if store == "" {
+			store, secret = env["SANDBOXD_STORE"], env["SANDBOXD_REPLICA_SECRET"]
+		}
+		if !strings.HasPrefix(env["SANDBOXD_STORE"], "postgres://") || env["SANDBOXD_STORE"] != store || !strings.Contains(store, "@postgres:5432/") {
+			t.Errorf("%s: store %q, want the one postgres service's, the same on every replica", name, env["SANDBOXD_STORE"])
+		}
+		if env["SANDBOXD_REPLICA_SECRET"] != secret || len(secret) < 32 {
+			t.Errorf("%s: replica secret %q, want the same 32+ bytes on every replica", name, env["SANDBOXD_REPLICA_SECRET"])
+		}
+		if id := env["SANDBOXD_REPLICA_ID"]; id == "" || ids[id] {
+			t.Errorf("%s: replica id %q: empty or not unique", name, id)
+		} else {
+			ids[id] = true
+		}
+		if a := env["SANDBOXD_REPLICA_ADDRESS"]; a != name+":8080" {
+			t.Errorf("%s: replica address %q, want %s:8080 (its service name on the compose network)", name, a, name)
+		}
+		data := env["SANDBOXD_DATA_DIR"]
+		if data == "" || dirs[data] {
+			t.Errorf("%s: data dir %q: empty or shared with another replica (one sandboxd per data dir)", name, data)
+		}
+		dirs[data] = true
+		if !slices.Contains(svc.Volumes, data+":"+data+":rshared") {
+			t.Errorf("%s: data dir %q is not bound at the same host path, rshared: %v", name, data, svc.Volumes)
+		}
+		for _, k := range []string{"SANDBOXD_AGENT_PATH", "TMPDIR"} {
+			if !strings.HasPrefix(env[k], data+"/") {
+				t.Errorf("%s: %s=%q is not under its data dir %q", name, k, env[k], data)
+			}
+		}
+		if svc.PID != "host" || svc.Image != "sandboxd/sandboxd:local" || !slices.Contains(svc.Volumes, "/var/run/docker.sock:/var/run/docker.sock:rw") {
+			t.Errorf("%s: pid %q, image %q, volumes %v: want the sandboxd service's", name, svc.PID, svc.Image, svc.Volumes)
+		}
+		if _, ok := svc.DependsOn["postgres"]; !ok {
+			t.Errorf("%s does not depend on postgres", name)
+		}
+		if len(svc.Ports) != 1 || ports[svc.Ports[0]] {
+			t.Errorf("%s: ports %v, want one of its own", name, svc.Ports)
+		} else {
+			ports[svc.Ports[0]] = true
+		}
+		// sandboxd takes its configuration: the mounted file, then this
+		// environment, as serve reads them.
+		for k := range env {
+			if strings.HasPrefix(k, "SANDBOXD_") && !slices.Contains(config.EnvVars(), k) {
+				t.Errorf("%s: sandboxd reads no %s", name, k)
+			}
+		}
+		cfg := config.Defaults()
+		if err := config.Decode([]byte(readFile(t, "sandboxd.yaml")), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.ApplyEnv(func(k string) string { return env[k] }); err != nil {
+			t.Errorf("%s: %v", name, err)
+		} else if err := cfg.Validate(); err != nil {
+			t.Errorf("%s: sandboxd refuses its configuration: %v", name, err)
+		}
+	}
+	checkDockerfile(t, "postgres", "postgres/Dockerfile")
+	if len(c.Services["postgres"].Ports) != 0 {
+		t.Errorf("postgres publishes %v: only the replicas reach it", c.Services["postgres"].Ports)
+	}
+	var pm string
+	for _, v := range c.Services["prometheus"].Volumes {
+		if src, ok := strings.CutSuffix(v, ":/etc/prometheus/prometheus.yml:ro"); ok {
+			pm = src
+		}
+	}
+	var pcfg struct {
+		ScrapeConfigs []struct {
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, pm, &pcfg)
+	var targets []string
+	for _, sc := range pcfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			targets = append(targets, st.Targets...)
+		}
+	}
+	for _, name := range replicas {
+		if !slices.Contains(targets, name+":9464") {
+			t.Errorf("%s scrapes %v, not %s:9464", pm, targets, name)
+		}
+	}
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		if out, err := exec.Command(promtool, "check", "config", pm).CombinedOutput(); err != nil {
+			t.Errorf("promtool check config %s: %v\n%s", pm, err, out)
+		}
+	}
+	for i, missing := range []string{"SANDBOXD_PG_PASSWORD", "SANDBOXD_REPLICA_SECRET"} {
+		env := slices.Clone(replicasEnv)
+		env[i+1] = missing + "="
+		if out, err := composeConfig(dc, files, env...); err == nil || !strings.Contains(out, missing) {
+			t.Errorf("docker-compose config without %s: %v\n%s", missing, err, out)
 		}
 	}
 }
