@@ -63,26 +63,31 @@ func readPgCost(b *testing.B, url string) pgCost {
 	return pc
 }
 
-// calcThroughput sends b.N calculator calls from 200 concurrent clients
-// and reports calls per second.
-func calcThroughput(b *testing.B, s *server) {
+// calcThroughput sends b.N calculator calls from 200 concurrent clients,
+// client i to servers[i % len(servers)] (replicas of one database), and
+// reports calls per second.
+func calcThroughput(b *testing.B, servers ...*server) {
 	tr := &http.Transport{MaxIdleConns: 400, MaxIdleConnsPerHost: 400}
 	client := &http.Client{Transport: tr}
 	const workers = 200
 	var wg sync.WaitGroup
-	for range workers { // warm the connections
+	for w := range workers { // warm the connections
 		wg.Add(1)
-		go func() { defer wg.Done(); apiCall(client, s.URL, "calculator", map[string]any{"expression": "1+1"}) }()
+		go func() {
+			defer wg.Done()
+			apiCall(client, servers[w%len(servers)].URL, "calculator", map[string]any{"expression": "1+1"})
+		}()
 	}
 	wg.Wait()
 	b.ResetTimer()
 	start := time.Now()
 	var mu sync.Mutex
 	next, firstErr := 0, error(nil)
-	for range workers {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			s := servers[w%len(servers)]
 			for {
 				mu.Lock()
 				if next >= b.N || firstErr != nil {
@@ -113,17 +118,21 @@ func calcThroughput(b *testing.B, s *server) {
 // the two servers (the same moments of machine load for both), the
 // median of each and Postgres's added median; and the store's cost per job
 // from Postgres's own statistics (pg_stat_statements: statements and
-// server execution time; pg_stat_database: commits). One replica each:
-// several replicas on one database is not there yet.
+// server execution time; pg_stat_database: commits). The throughput is
+// also measured with two replicas on the one database, the clients split
+// between them (they share this machine's 2 cores with Postgres and the
+// clients).
 //
 //	go test -tags integration -run '^$' -bench BenchmarkStoreBackends -benchtime=200x ./integration/
 func BenchmarkStoreBackends(b *testing.B) {
 	url := benchPostgres(b)
 	lite := startServer(b, "")
 	pg := startServerArgs(b, "", "--store", url)
+	pg2 := startServerArgs(b, "", "--store", url)
 
 	b.Run("Calculator200/sqlite", func(b *testing.B) { calcThroughput(b, lite) })
 	b.Run("Calculator200/postgres", func(b *testing.B) { calcThroughput(b, pg) })
+	b.Run("Calculator200/postgres-2-replicas", func(b *testing.B) { calcThroughput(b, pg, pg2) })
 
 	b.Run("Calculator1Interleaved", func(b *testing.B) {
 		client := &http.Client{}

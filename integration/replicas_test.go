@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,23 +23,29 @@ import (
 )
 
 // startReplicas starts n sandboxd replicas on one Postgres database, each
-// with its own data dir and replica id.
-func startReplicas(t *testing.T, dsn string, n int) []*server {
+// with its own data dir and replica id (and config, when not empty).
+func startReplicas(t *testing.T, dsn string, n int, config ...string) []*server {
 	var out []*server
 	for i := range n {
-		out = append(out, startServerArgs(t, "", "--store", dsn, "--replica-id", fmt.Sprintf("r%d", i+1)))
+		out = append(out, startServerArgs(t, strings.Join(config, ""), "--store", dsn, "--replica-id", fmt.Sprintf("r%d", i+1)))
 	}
 	return out
 }
 
 // submitRaw posts a job without failing the test on a connection error
 // (a replica being killed): status 0 then.
-func submitRaw(url string, body any) (int, jobView) {
+func submitRaw(url string, body any) (int, jobView) { return submitKey(url, "", body) }
+
+// submitKey is submitRaw with an API key.
+func submitKey(url, key string, body any) (int, jobView) {
 	buf, _ := json.Marshal(body)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/jobs", bytes.NewReader(buf))
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, jobView{}
@@ -97,15 +104,44 @@ func TestReplicasRoundRobin(t *testing.T) {
 
 // A replica kill -9'd in the middle of 1,000 submissions (16 at a time,
 // round-robin) and restarted: every accepted job reaches exactly one
-// terminal state, none runs twice.
+// terminal state, none runs twice: counted from the store's started
+// events and, for the http_request calls, by the marker each run leaves
+// on the test's own server (one request per run, 300 ms long, so some are
+// in flight when the replica dies); one that succeeded left exactly one.
 func TestReplicasKill(t *testing.T) {
 	pg := pgtest.Start(t)
 	dsn := pg.NewDatabase(t)
-	rs := startReplicas(t, dsn, 3)
+	var marksMu sync.Mutex
+	marks := map[string]int{}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	markSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		marksMu.Lock()
+		marks[r.URL.Path]++
+		marksMu.Unlock()
+		time.Sleep(300 * time.Millisecond)
+		fmt.Fprint(w, "marked")
+	})}
+	go markSrv.Serve(l)
+	defer markSrv.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	rs := startReplicas(t, dsn, 3, fmt.Sprintf(`
+tenants:
+  - name: acme
+    api_keys: [k-acme]
+    policy:
+      egress:
+        allow:
+          - {host: "127.0.0.1", ports: [%d]}
+        allow_private_cidrs: [127.0.0.1/32]
+`, port))
 	const total, par = 1000, 16
 	var (
 		mu       sync.Mutex
 		accepted []string
+		marker   = map[string]string{} // job id -> its marker's path
 		refused  = map[int]int{}
 	)
 	next := make(chan int)
@@ -114,13 +150,20 @@ func TestReplicasKill(t *testing.T) {
 		wg.Go(func() {
 			for i := range next {
 				body := map[string]any{"tool": "calculator", "arguments": map[string]any{"expression": fmt.Sprintf("%d+1", i)}}
-				if i%10 == 0 { // in a sandbox: some are running when the replica dies
+				path := fmt.Sprintf("/mark/%d", i)
+				switch i % 10 {
+				case 0: // in a sandbox: some are running when the replica dies
 					body = map[string]any{"tool": "bash", "arguments": map[string]any{"command": "sleep 0.3; echo ran"}}
+				case 5:
+					body = map[string]any{"tool": "http_request", "arguments": map[string]any{"url": fmt.Sprintf("http://127.0.0.1:%d%s", port, path)}}
 				}
-				code, j := submitRaw(rs[i%3].URL, body)
+				code, j := submitKey(rs[i%3].URL, "k-acme", body)
 				mu.Lock()
 				if code == 200 || code == 201 || code == 202 {
 					accepted = append(accepted, j.ID)
+					if i%10 == 5 {
+						marker[j.ID] = path
+					}
 				} else {
 					refused[code]++
 				}
@@ -144,16 +187,26 @@ func TestReplicasKill(t *testing.T) {
 		t.Fatalf("only %d jobs accepted", len(accepted))
 	}
 	deadline := time.Now().Add(2 * time.Minute)
+	marked := 0
 	for _, id := range accepted {
 		for {
 			var j jobView
-			resp, data := rs[0].do("GET", "/v1/jobs/"+id, "", nil, &j)
+			resp, data := rs[0].do("GET", "/v1/jobs/"+id, "k-acme", nil, &j)
 			if resp.StatusCode != 200 {
 				t.Fatalf("job %s: %d %s", id, resp.StatusCode, data)
 			}
 			if j.State == "succeeded" || j.State == "failed" || j.State == "cancelled" {
 				if j.State == "failed" && j.Reason != "lost" {
 					t.Errorf("job %s failed: %s", id, data)
+				}
+				if path, ok := marker[id]; ok {
+					marksMu.Lock()
+					n := marks[path]
+					marksMu.Unlock()
+					if n > 1 || (j.State == "succeeded" && n != 1) {
+						t.Errorf("http_request job %s (%s) left %d markers", id, j.State, n)
+					}
+					marked += n
 				}
 				break
 			}
@@ -162,6 +215,10 @@ func TestReplicasKill(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+	t.Logf("%d http_request jobs accepted, %d markers left", len(marker), marked)
+	if len(marker) == 0 || marked == 0 {
+		t.Fatal("no http_request job ran: the markers count nothing")
 	}
 	runs := runsPerJob(t, dsn)
 	for _, id := range accepted {
