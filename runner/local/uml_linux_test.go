@@ -88,6 +88,15 @@ poweroff -f
 		t.Logf("linux.uml: %v", err)
 	}
 	b, err := os.ReadFile(out)
+	if err != nil && strings.Contains(console.String(), umlXstateFailure) {
+		// The host's XSAVE area is larger than this UML kernel's buffer
+		// (AMX: Debian's UML 6.1 predates hosts with it), and the host
+		// kernel refuses a smaller NT_X86_XSTATE write with EFAULT: UML's
+		// init dies before it runs anything. The tool is there but cannot
+		// run on this CPU; TestCgroupV2Files still covers the v2 files.
+		t.Skipf("user-mode Linux cannot run on this host's CPU (%q at boot: its XSAVE area, with AMX here: %v, is larger than %s supports); the cgroup v2 path is tested only against files (TestCgroupV2Files)",
+			umlXstateFailure, hostAMX(), umlBinary)
+	}
 	if err != nil {
 		t.Fatalf("no output from inside user-mode Linux: %v\nconsole:\n%s", err, console.String())
 	}
@@ -102,6 +111,17 @@ poweroff -f
 			t.Errorf("inside user-mode Linux: no %q", want)
 		}
 	}
+}
+
+// umlXstateFailure is what UML prints when the host refuses its floating
+// point state (see TestCgroupV2UML).
+const umlXstateFailure = "ptrace set fp regs failed"
+
+// hostAMX reports whether the host CPU has AMX tile state (the largest
+// XSAVE component).
+func hostAMX() bool {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Contains(string(b), " amx_tile")
 }
 
 func wd(t *testing.T) string {
