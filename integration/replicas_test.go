@@ -388,3 +388,47 @@ func TestReplicasTakeover(t *testing.T) {
 		t.Fatal("no replica logged the takeover")
 	}
 }
+
+// A replica kill -9'd while it retries a finished job's callback: the
+// replica that takes it over delivers it, continuing the attempts the
+// dead one recorded (the receiver sees each attempt once).
+func TestReplicasCallbackResumed(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	rc := newHookReceiver(t)
+	const cfg = `
+callbacks:
+  secret: secret-of-the-test-0123456789abcdef
+  allow_private_cidrs: [127.0.0.1/32]
+  attempts: 10
+  backoff: 1500ms
+  timeout: 5s
+`
+	r1 := startServerArgs(t, cfg, "--store", dsn, "--replica-id", "r1", "--replica-lease", "2s")
+	path := "/flaky/3" // three 503s, then 204
+	var j jobView
+	resp, data := r1.do("POST", "/v1/jobs?wait=true", "", map[string]any{"tool": "calculator",
+		"arguments": map[string]any{"expression": "6*7"}, "callback_url": rc.srv.URL + path}, &j)
+	if resp.StatusCode != 200 || j.State != "succeeded" {
+		t.Fatalf("submit: %d %s", resp.StatusCode, data)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(rc.deliveries(path)) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no callback attempt from r1")
+		}
+	}
+	r2 := startServerArgs(t, cfg, "--store", dsn, "--replica-id", "r2", "--replica-lease", "2s")
+	r1.stop(syscall.SIGKILL) // in its backoff before the second attempt
+	before := len(rc.deliveries(path))
+	cb, data := waitCallback(t, r2, "", j.ID)
+	got := rc.deliveries(path)
+	t.Logf("r1 made %d attempts; %d in all: %+v", before, len(got), cb.Attempts)
+	if cb.State != "delivered" || len(got) != 4 || len(cb.Attempts) != 4 || cb.Attempts[3].Status != 204 {
+		t.Fatalf("callback %s, %d deliveries: want delivered at the 4th attempt, each attempt once", data, len(got))
+	}
+	for i, d := range got {
+		if d.event != "job.finished" || !strings.Contains(string(d.body), j.ID) {
+			t.Errorf("delivery %d: event %q body %s", i, d.event, d.body)
+		}
+	}
+}

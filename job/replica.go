@@ -46,6 +46,10 @@ type Takeover struct {
 	// Sessions are its open sessions, now closed with reason lost; its
 	// sandboxes (labelled with its identity) are the caller's to reap.
 	Sessions []*Session
+	// Callbacks are its finished jobs whose completion callback was still
+	// being delivered (retried with backoff in its memory), now owned by
+	// nobody: the caller delivers them.
+	Callbacks []*Job
 }
 
 // ClaimOrder is the fair order of claims across tenants, the store-side

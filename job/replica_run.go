@@ -206,7 +206,7 @@ func (s *Service) leaseLoop() {
 
 // takeOver ends the bookkeeping of the expired replicas (and of this
 // replica's previous process): lost jobs get their finished event and
-// callback, sessions' workspaces here go, the dead replica's sandboxes
+// callback, callbacks still being delivered resume here, sessions' workspaces here go, the dead replica's sandboxes
 // are reaped when the runner reaches them, and the released jobs are
 // claimed.
 func (s *Service) takeOver(ctx context.Context) error {
@@ -221,6 +221,9 @@ func (s *Service) takeOver(ctx context.Context) error {
 				}
 			}
 			s.m.jobs.WithLabelValues(j.Tenant, j.Tool, j.Runner, OutcomeLost).Inc()
+			s.startCallback(j)
+		}
+		for _, j := range t.Callbacks { // where the dead replica left off
 			s.startCallback(j)
 		}
 		for _, ss := range t.Sessions {
@@ -238,7 +241,7 @@ func (s *Service) takeOver(ctx context.Context) error {
 			reaped = n
 		}
 		s.log.Warn("took over a replica whose lease expired", "replica", t.Dead.Replica, "epoch", t.Dead.Epoch,
-			"lost_jobs", len(t.Lost), "requeued_jobs", len(t.Requeued), "lost_sessions", len(t.Sessions), "reaped_sandboxes", reaped)
+			"lost_jobs", len(t.Lost), "requeued_jobs", len(t.Requeued), "lost_sessions", len(t.Sessions), "resumed_callbacks", len(t.Callbacks), "reaped_sandboxes", reaped)
 		if len(t.Requeued) > 0 {
 			s.rep.poke()
 		}

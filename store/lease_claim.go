@@ -235,7 +235,8 @@ func (s *Postgres) SessionOwner(ctx context.Context, id string) (Lease, error) {
 // TakeOver ends the bookkeeping of every replica whose lease expired, on
 // behalf of the live lease by, each dead replica in one transaction: its
 // running jobs fail as lost, its queued ones are released for claiming,
-// its open sessions close as lost, and its row is deleted, so a late
+// its open sessions close as lost, its undelivered callbacks pass to by,
+// and its row is deleted, so a late
 // renewal or fenced write of it fails. Two replicas taking over at once
 // take disjoint dead replicas (SKIP LOCKED). The records by's replica
 // holds under an earlier epoch (the process before a restart) are taken
@@ -285,7 +286,7 @@ func (s *Postgres) TakeOver(ctx context.Context, by Lease) ([]Takeover, error) {
 		if done {
 			return out, nil
 		}
-		if !own || len(t.Lost)+len(t.Requeued)+len(t.Sessions) > 0 {
+		if !own || len(t.Lost)+len(t.Requeued)+len(t.Sessions)+len(t.Callbacks) > 0 {
 			out = append(out, t)
 		}
 		own = false
@@ -319,6 +320,15 @@ func takeOverRows(ctx context.Context, tx pgx.Tx, t *Takeover, owned string, arg
 	rows, err = tx.Query(ctx, `UPDATE jobs SET owner = '', owner_epoch = 0
 		WHERE `+owned+` AND state = 'queued' AND session_id = '' RETURNING `+jobColumns, args...)
 	if t.Requeued, err = collect(rows, err, scanJob); err != nil {
+		return err
+	}
+	// A finished job's callback that was being retried in the dead
+	// replica's memory passes to the taker: unowned, so that only the
+	// taker's (unfenced-owner) writes of its attempts land.
+	rows, err = tx.Query(ctx, `UPDATE jobs SET owner = '', owner_epoch = 0
+		WHERE `+owned+` AND state IN ('succeeded', 'failed', 'cancelled') AND (callback::jsonb ->> 'state') = 'pending'
+		RETURNING `+jobColumns, args...)
+	if t.Callbacks, err = collect(rows, err, scanJob); err != nil {
 		return err
 	}
 	rows, err = tx.Query(ctx, `UPDATE sessions SET state = 'closed', reason = 'lost', closed_at = `+dbNow+`

@@ -170,6 +170,18 @@ func TestTakeoverAndFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A finished job whose callback a was still delivering, and one
+	// whose callback was delivered.
+	for id, st := range map[string]string{"cb": job.CallbackPending, "cbdone": job.CallbackDelivered} {
+		j := storetest.NewJob(id, "acme", base)
+		fin := time.Now().UTC()
+		j.State, j.FinishedAt = job.StateSucceeded, &fin
+		j.Callback = &job.Callback{URL: "http://127.0.0.1:9/cb", State: st}
+		if err := a.CreateOwned(ctx, la, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Nothing to take over while a is live.
 	if tos, err := b.TakeOver(ctx, lb); err != nil || len(tos) != 0 {
 		t.Fatalf("takeover of a live replica: %+v %v", tos, err)
@@ -193,8 +205,14 @@ func TestTakeoverAndFencing(t *testing.T) {
 	}
 	wg.Wait()
 	if len(tos) != 1 || tos[0].Dead.Replica != "a" || len(tos[0].Lost) != 1 || tos[0].Lost[0].ID != run.ID ||
-		len(tos[0].Requeued) != 1 || len(tos[0].Sessions) != 1 {
+		len(tos[0].Requeued) != 1 || len(tos[0].Sessions) != 1 || len(tos[0].Callbacks) != 1 || tos[0].Callbacks[0].ID != "cb" {
 		t.Fatalf("takeovers = %+v", tos)
+	}
+	// The callback is b's to deliver now: b records its attempts.
+	cb := tos[0].Callbacks[0]
+	cb.Callback.State = job.CallbackDelivered
+	if err := b.UpdateFenced(ctx, lb, cb); err != nil {
+		t.Fatalf("b records the callback it took over: %v", err)
 	}
 	got, err := b.Get(ctx, run.ID)
 	if err != nil || got.State != job.StateFailed || got.Reason != job.ReasonLost || got.FinishedAt == nil {
