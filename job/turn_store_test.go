@@ -197,3 +197,73 @@ func TestTurnBatchRetention(t *testing.T) {
 		t.Fatalf("the batch's job: %v", err)
 	}
 }
+
+// A batch resumed after its process stopped spends the guard's units of
+// the calls it had not submitted exactly once: after a crash (no refund:
+// the store is gone before the stop) the resumed calls run on the decision
+// that spent them (Postgres: the store keeps the spend; SQLite: the
+// in-memory guard is restored from the jobs, which do not have them, and
+// decides again); after a graceful stop (the units given back) they are
+// decided again. Either way the budget has exactly one unit left for a
+// call after the batch.
+func TestTurnResumedBatchSpendsOnce(t *testing.T) {
+	const yml = `
+budgets:
+  - effect: exec
+    limit: 3
+    per: 24h
+`
+	for _, crash := range []bool{true, false} {
+		t.Run(map[bool]string{true: "crash", false: "graceful"}[crash], func(t *testing.T) {
+			bothStores(t, func(t *testing.T, store func() option) {
+				dir := t.TempDir()
+				opt := store()
+				h1 := newHarness(t, opt, withPolicy(t, "acme", yml), inDir(dir))
+				turns1 := job.NewTurns(h1.svc, job.TurnConfig{})
+				turn, _ := tools.ParseTurn([]byte(anthropicCalls(use("a", "wait", `{}`),
+					use("b", "echo", `{"text":"b"}`), use("c", "echo", `{"text":"c"}`))))
+				b, err := turns1.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b.Mode != job.ModeSerial {
+					t.Fatalf("mode %s", b.Mode)
+				}
+				var first string
+				eventually(t, "the first call submitted", func() bool {
+					cur, _ := turns1.Get(t.Context(), "acme", b.ID)
+					first = cur.Calls[0].JobID
+					return first != ""
+				})
+				h1.waitRunning(t, "acme", first)
+				if crash { // nothing the stop does reaches the store
+					h1.st.Close()
+				}
+				sctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+				_ = h1.svc.Shutdown(sctx) // the running call is cancelled
+				cancel()
+				h1.st.Close()
+
+				h2 := newHarness(t, opt, withPolicy(t, "acme", yml), inDir(dir))
+				close(h2.gate) // the first call, run again after a crash, ends
+				turns2 := job.NewTurns(h2.svc, job.TurnConfig{})
+				if err := turns2.Recover(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				done := waitBatch(t, turns2, "acme", b.ID)
+				for i := 1; i <= 2; i++ {
+					if c := done.Calls[i]; c.IsError || c.State != string(job.StateSucceeded) {
+						t.Errorf("resumed call %d: %s %q (%+v)", i, c.State, c.Answer, c.Guard)
+					}
+				}
+				// 3 units: the batch's two echo calls, then one more.
+				if j := h2.wait(t, "acme", h2.submit(t, "acme", call("echo", `{"text":"x"}`)).ID); j.Reason != "" {
+					t.Fatalf("the budget's last unit: reason %q (%v)", j.Reason, j.Result)
+				}
+				if j := h2.wait(t, "acme", h2.submit(t, "acme", call("echo", `{"text":"y"}`)).ID); j.Reason != job.ReasonBudgetExhausted {
+					t.Fatalf("past the budget: reason %q, want %s", j.Reason, job.ReasonBudgetExhausted)
+				}
+			})
+		})
+	}
+}
