@@ -193,11 +193,20 @@ func batchOf(rec *BatchRecord) *Batch {
 // calls that were submitted are waited for (an approval still pending
 // holds the batch again), those that were not are decided by the guard
 // now and run in the batch's order. Call it once, after the service's
-// Start and before serving. With replicas the batches are left as they
-// are (another replica may be running them); Get still answers them.
+// Start and before serving. With replicas a batch is its replica's: this
+// one resumes those it took over (its own previous process's, at Start,
+// and every expired replica's, then and whenever its lease loop takes
+// one over), each exactly once across replicas; Get answers any.
 func (t *Turns) Recover(ctx context.Context) error {
 	s := t.s
 	if s.rep != nil {
+		s.rep.onBatches(func(recs []*BatchRecord) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			for _, rec := range recs {
+				t.resume(ctx, rec)
+			}
+		})
 		return nil
 	}
 	recs, err := s.st.ListUnfinishedBatches(ctx)
