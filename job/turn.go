@@ -230,9 +230,12 @@ type TurnRequest struct {
 // pendingCall is a call that will run (or wait for approval) and what the
 // batch knows about it.
 type pendingCall struct {
-	i        int // index in Batch.Calls
-	call     tools.Call
-	tool     *tools.Tool
+	i    int // index in Batch.Calls
+	call tools.Call
+	tool *tools.Tool
+	// args are call's arguments as Prepare decoded them (nil for a call
+	// resumed from the store: Submit prepares it).
+	args     map[string]any
 	decision policy.Decision
 	jobID    string // set once submitted
 	// reserved is the job ID the call's job gets (BatchCall.JobID).
@@ -318,7 +321,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 				}
 			}
 		}
-		prepared, tool, _, err := s.reg.Prepare(c)
+		prepared, tool, args, err := s.reg.Prepare(c)
 		if err != nil {
 			invalid(rec, err)
 			continue
@@ -328,7 +331,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 			invalid(rec, fmt.Errorf("tool %s is a declaration only and cannot run", tool.Name))
 			continue
 		}
-		run = append(run, &pendingCall{i: i, call: prepared, tool: tool, reserved: ids.At("job_", now)})
+		run = append(run, &pendingCall{i: i, call: prepared, tool: tool, args: args, reserved: ids.At("job_", now)})
 	}
 
 	// 2. The guard decides the whole batch before anything runs.
@@ -406,6 +409,9 @@ func (t *Turns) submit(ctx context.Context, b *Batch, pc *pendingCall, hold, sto
 	d := pc.decision
 	req := SubmitRequest{Call: pc.call, SessionID: b.SessionID, Decision: &d, Hold: hold, Retry: true,
 		Tags: b.Tags, Metadata: b.Metadata, JobID: pc.reserved}
+	if pc.args != nil {
+		req.prepared = &preparedCall{call: pc.call, tool: pc.tool, args: pc.args}
+	}
 	if key := t.callKey(b, pc); key != "" {
 		req.IdempotencyKey = key
 	}
