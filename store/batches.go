@@ -105,11 +105,12 @@ func (s *SQLite) CreateBatch(ctx context.Context, b *job.BatchRecord) error {
 	return nil
 }
 
-// sqliteBatchJobs records b's job IDs (after dropping the old ones).
+// sqliteBatchJobs records b's job IDs. The ones it had are kept (a call
+// whose reserved ID was replaced by its key's job, or answered without a
+// job): retention joins them with jobs, where such an ID has no row, so
+// they never hold a batch back, and an update of a batch whose IDs did not
+// change (every completion) writes nothing here.
 func sqliteBatchJobs(ctx context.Context, tx *sql.Tx, b *job.BatchRecord) error {
-	if _, err := tx.ExecContext(ctx, `DELETE FROM batch_jobs WHERE batch_id = ?`, b.ID); err != nil {
-		return err
-	}
 	ids := b.JobIDs()
 	if len(ids) == 0 {
 		return nil
@@ -256,11 +257,9 @@ func (s *Postgres) CreateBatch(ctx context.Context, b *job.BatchRecord) error {
 	return pgErr("create batch "+b.ID, err)
 }
 
-// pgBatchJobs records b's job IDs (after dropping the old ones).
+// pgBatchJobs records b's job IDs, keeping the ones it had
+// (sqliteBatchJobs says why that is harmless).
 func pgBatchJobs(ctx context.Context, tx pgx.Tx, b *job.BatchRecord) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM batch_jobs WHERE batch_id = $1`, b.ID); err != nil {
-		return err
-	}
 	ids := b.JobIDs()
 	if len(ids) == 0 {
 		return nil
