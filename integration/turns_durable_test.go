@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/store/pgtest"
 )
@@ -114,5 +115,47 @@ func TestReplicasTurnOnAnyReplica(t *testing.T) {
 	}
 	if !strings.Contains(string(other.Messages[1]), "slept") || !other.Calls[2].IsError {
 		t.Errorf("answers on replica 2: %+v", other)
+	}
+}
+
+// A replica kill -9'd in the middle of a batch (one call at a time here,
+// so two were not submitted yet): once its lease (2 s) expires, the
+// replica that takes it over resumes the batch: the two calls r1 had not
+// submitted run there, and no call runs twice.
+func TestReplicasTurnResumedAfterKill(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	const cfg = "turns:\n  concurrency: 1\n"
+	r1 := startServerArgs(t, cfg, "--store", dsn, "--replica-id", "r1", "--replica-lease", "2s")
+	r2 := startServerArgs(t, cfg, "--store", dsn, "--replica-id", "r2", "--replica-lease", "2s")
+	body := `[` + chatCall("c1", "bash", `{"command":"sleep 5; echo slept"}`) + "," +
+		chatCall("c2", "calculator", `{"expression":"6*7"}`) + "," +
+		chatCall("c3", "calculator", `{"expression":"2**10"}`) + `]`
+	code, tv, raw := r1.postTurn("", "?wait=0s", body)
+	if code != 202 && code != 200 {
+		t.Fatalf("submit on replica 1: %d %s", code, raw)
+	}
+	time.Sleep(time.Second) // the first call runs on r1
+	r1.stop(syscall.SIGKILL)
+	code, got := r2.getTurn("", tv.ID, "60s")
+	if code != 200 || got.State != "completed" || len(got.Calls) != 3 {
+		t.Fatalf("on replica 2: %d %+v", code, got)
+	}
+	// The first call's job was queued for any replica: lost when r1 ran
+	// it, succeeded when r2 claimed it.
+	if c := got.Calls[0]; c.State != "succeeded" && (c.State != "failed" || c.Reason != "lost") {
+		t.Errorf("the first call: %s/%s", c.State, c.Reason)
+	}
+	if !strings.Contains(string(got.Messages[1]), "42") || !strings.Contains(string(got.Messages[2]), "1024") {
+		t.Errorf("the resumed calls' answers: %s, %s", got.Messages[1], got.Messages[2])
+	}
+	runs := runsPerJob(t, dsn)
+	for _, c := range got.Calls {
+		if runs[c.JobID] > 1 {
+			t.Errorf("job %s ran %d times", c.JobID, runs[c.JobID])
+		}
+	}
+	if !strings.Contains(r2.log.String(), "took over the turn batches of a replica") {
+		t.Error("r2 did not log taking over the batch")
 	}
 }

@@ -2,8 +2,10 @@ package job
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -51,12 +53,43 @@ type BatchCall struct {
 	// Arguments are the prepared arguments of a call that runs: what
 	// submitting it after a restart needs.
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// Decision is the guard's decision of a call that runs, when the store
+	// spent its units already (a shared guard: DecideBatch on an
+	// AtomicSpender): a batch resumed before the call was submitted runs
+	// it on this decision instead of deciding, and spending, again. nil
+	// on the in-memory guard (its counts are restored from the jobs, which
+	// do not have these, so a resumed batch decides again) and once the
+	// units went back (a graceful stop, abandon).
+	Decision *BatchDecision `json:"decision,omitempty"`
 	// A call answered without a job (invalid, or refused at submission):
 	// its state (CallInvalid), error, problems and the model's answer.
 	State   string          `json:"state,omitempty"`
 	Error   string          `json:"error,omitempty"`
 	Details []tools.Problem `json:"details,omitempty"`
 	Answer  string          `json:"answer,omitempty"`
+}
+
+// BatchDecision is a BatchCall's spent decision (policy.Decision less
+// what only a decision being spent needs).
+type BatchDecision struct {
+	Outcome   policy.Outcome     `json:"outcome"`
+	Rule      string             `json:"rule,omitempty"`
+	Reason    string             `json:"reason,omitempty"`
+	Remaining []policy.Remaining `json:"remaining,omitempty"`
+	Spend     []policy.Spend     `json:"spend,omitempty"`
+}
+
+// spentDecision is the BatchDecision of d, which the store spent.
+func spentDecision(d policy.Decision) *BatchDecision {
+	return &BatchDecision{Outcome: d.Outcome, Rule: d.Rule, Reason: d.Reason,
+		Remaining: slices.Clone(d.Remaining), Spend: slices.Clone(d.Spend)}
+}
+
+// decision is the policy.Decision to submit the call with (its units
+// spent: SubmitRequest.Decision).
+func (d *BatchDecision) decision() policy.Decision {
+	return policy.Decision{Outcome: d.Outcome, Rule: d.Rule, Reason: d.Reason,
+		Remaining: slices.Clone(d.Remaining), Spend: slices.Clone(d.Spend)}
 }
 
 // JobIDs are the record's job IDs in call order (what retention ties

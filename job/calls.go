@@ -29,8 +29,13 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	if tenant == "" {
 		return nil, false, fmt.Errorf("%w: empty tenant", ErrInvalid)
 	}
-	call, tool, args, err := s.reg.Prepare(req.Call)
-	if err != nil {
+	var call tools.Call
+	var tool *tools.Tool
+	var args map[string]any
+	var err error
+	if p := req.prepared; p != nil {
+		call, tool, args = p.call, p.tool, p.args
+	} else if call, tool, args, err = s.reg.Prepare(req.Call); err != nil {
 		return nil, false, err
 	}
 	if !tool.Runnable() {

@@ -127,6 +127,16 @@ type SubmitRequest struct {
 	// that is safe: the call provably never started, or its tool is
 	// RetrySafe. Each attempt is counted in Job.Attempts.
 	Retry bool
+	// prepared is Call already resolved and validated by the turn executor
+	// (Registry.Prepare), so Submit does not do it a second time.
+	prepared *preparedCall
+}
+
+// preparedCall is what tools.Registry.Prepare returned for a call.
+type preparedCall struct {
+	call tools.Call
+	tool *tools.Tool
+	args map[string]any
 }
 
 // ListFilter selects jobs of one tenant (AllTenants: of every tenant),

@@ -50,6 +50,9 @@ type Takeover struct {
 	// being delivered (retried with backoff in its memory), now owned by
 	// nobody: the caller delivers them.
 	Callbacks []*Job
+	// Batches are its unfinished turn batches, now the taker's: the
+	// taker resumes them (Turns.Recover), and only it can write them.
+	Batches []*BatchRecord
 }
 
 // ClaimOrder is the fair order of claims across tenants, the store-side
@@ -112,8 +115,15 @@ type Coordinator interface {
 	// SetJobOwner records l as the owner of job id, which no replica
 	// owns (a job inserted with its guard spend); ErrFenced otherwise.
 	SetJobOwner(ctx context.Context, l Lease, id string) error
+	// CreateBatchOwned is Store.CreateBatch recording l as the batch's
+	// owner, only while l is live (else ErrLeaseLost).
+	CreateBatchOwned(ctx context.Context, l Lease, b *BatchRecord) error
+	// UpdateBatchFenced is Store.UpdateBatch fenced like UpdateFenced: it
+	// applies while l is live and the batch is l's (or no replica's).
+	UpdateBatchFenced(ctx context.Context, l Lease, b *BatchRecord) error
 	// TakeOver ends the bookkeeping of every replica whose lease expired
-	// on behalf of by, and of by's own earlier epochs.
+	// on behalf of by, and of by's own earlier epochs; their unfinished
+	// batches become by's (Takeover.Batches), each for exactly one taker.
 	TakeOver(ctx context.Context, by Lease) ([]Takeover, error)
 	// NotifyQueued wakes every replica's WaitQueued.
 	NotifyQueued(ctx context.Context) error

@@ -28,6 +28,39 @@ type replica struct {
 	// only for workers left free.
 	busy atomic.Int64
 	wake chan struct{}
+
+	// batchMu guards resumeBatches and the batches taken over before it
+	// was set (at start, before Turns.Recover).
+	batchMu       sync.Mutex
+	resumeBatches func([]*BatchRecord)
+	taken         []*BatchRecord
+}
+
+// takenBatches hands batches taken over to the turn executor, or keeps
+// them until it is there.
+func (r *replica) takenBatches(bs []*BatchRecord) {
+	r.batchMu.Lock()
+	f := r.resumeBatches
+	if f == nil {
+		r.taken = append(r.taken, bs...)
+	}
+	r.batchMu.Unlock()
+	if f != nil {
+		f(bs)
+	}
+}
+
+// onBatches makes f resume the batches taken over, those taken before
+// first.
+func (r *replica) onBatches(f func([]*BatchRecord)) {
+	r.batchMu.Lock()
+	r.resumeBatches = f
+	bs := r.taken
+	r.taken = nil
+	r.batchMu.Unlock()
+	if len(bs) > 0 {
+		f(bs)
+	}
 }
 
 func (r *replica) current() Lease {
@@ -85,6 +118,18 @@ func (o ownedSpender) CreateSpending(ctx context.Context, j *Job, c Charge, capa
 		}
 	}
 	return used, err
+}
+
+// CreateBatch records a batch as this replica's: it runs here, and a
+// replica taking this one over resumes it (Takeover.Batches).
+func (f fencedStore) CreateBatch(ctx context.Context, b *BatchRecord) error {
+	return f.r.c.CreateBatchOwned(ctx, f.r.current(), b)
+}
+
+// UpdateBatch writes a batch this replica owns (fenced: once taken over,
+// only the taker writes it).
+func (f fencedStore) UpdateBatch(ctx context.Context, b *BatchRecord) error {
+	return f.r.c.UpdateBatchFenced(ctx, f.r.current(), b)
 }
 
 func (f fencedStore) CreateSession(ctx context.Context, ss *Session) error {
@@ -244,6 +289,10 @@ func (s *Service) takeOver(ctx context.Context) error {
 			"lost_jobs", len(t.Lost), "requeued_jobs", len(t.Requeued), "lost_sessions", len(t.Sessions), "resumed_callbacks", len(t.Callbacks), "reaped_sandboxes", reaped)
 		if len(t.Requeued) > 0 {
 			s.rep.poke()
+		}
+		if len(t.Batches) > 0 {
+			s.log.Info("took over the turn batches of a replica", "replica", t.Dead.Replica, "epoch", t.Dead.Epoch, "batches", len(t.Batches))
+			s.rep.takenBatches(t.Batches)
 		}
 	}
 	if errors.Is(err, ErrLeaseLost) {

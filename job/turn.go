@@ -230,9 +230,12 @@ type TurnRequest struct {
 // pendingCall is a call that will run (or wait for approval) and what the
 // batch knows about it.
 type pendingCall struct {
-	i        int // index in Batch.Calls
-	call     tools.Call
-	tool     *tools.Tool
+	i    int // index in Batch.Calls
+	call tools.Call
+	tool *tools.Tool
+	// args are call's arguments as Prepare decoded them (nil for a call
+	// resumed from the store: Submit prepares it).
+	args     map[string]any
 	decision policy.Decision
 	jobID    string // set once submitted
 	// reserved is the job ID the call's job gets (BatchCall.JobID).
@@ -318,7 +321,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 				}
 			}
 		}
-		prepared, tool, _, err := s.reg.Prepare(c)
+		prepared, tool, args, err := s.reg.Prepare(c)
 		if err != nil {
 			invalid(rec, err)
 			continue
@@ -328,7 +331,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 			invalid(rec, fmt.Errorf("tool %s is a declaration only and cannot run", tool.Name))
 			continue
 		}
-		run = append(run, &pendingCall{i: i, call: prepared, tool: tool, reserved: ids.At("job_", now)})
+		run = append(run, &pendingCall{i: i, call: prepared, tool: tool, args: args, reserved: ids.At("job_", now)})
 	}
 
 	// 2. The guard decides the whole batch before anything runs.
@@ -343,7 +346,7 @@ func (t *Turns) Submit(ctx context.Context, tenant string, req TurnRequest) (*Ba
 
 	// 3. The batch is recorded before any of its jobs: a stop from here on
 	// leaves it for the next process to resume.
-	b.rec = newRecord(b, run)
+	b.rec = newRecord(b, run, s.atomic != nil && s.guardEnabled(tenant))
 	if err := s.st.CreateBatch(ctx, b.rec); err != nil {
 		for _, pc := range run {
 			s.RefundDecision(&pc.decision)
@@ -406,6 +409,9 @@ func (t *Turns) submit(ctx context.Context, b *Batch, pc *pendingCall, hold, sto
 	d := pc.decision
 	req := SubmitRequest{Call: pc.call, SessionID: b.SessionID, Decision: &d, Hold: hold, Retry: true,
 		Tags: b.Tags, Metadata: b.Metadata, JobID: pc.reserved}
+	if pc.args != nil {
+		req.prepared = &preparedCall{call: pc.call, tool: pc.tool, args: pc.args}
+	}
 	if key := t.callKey(b, pc); key != "" {
 		req.IdempotencyKey = key
 	}
@@ -566,14 +572,37 @@ func (t *Turns) runOne(ctx context.Context, b *Batch, pc *pendingCall) bool {
 
 // abandon gives back the units reserved for calls that never got to run
 // (the service is shutting down): the next process decides them again
-// when it resumes the batch.
+// when it resumes the batch. A decision the store spent (BatchCall.Decision)
+// is first taken out of the batch's record; when that write fails the
+// units stay spent and the next process runs the call on the decision.
 func (t *Turns) abandon(b *Batch, calls []*pendingCall) {
+	var give []*pendingCall
+	taken := map[int]*BatchDecision{}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	for _, pc := range calls {
-		if pc.jobID == "" && b.Calls[pc.i].State == CallHeld {
-			t.s.RefundDecision(&pc.decision)
+		if pc.jobID == "" && b.Calls[pc.i].State == CallHeld && len(pc.decision.Spend) > 0 {
+			give = append(give, pc)
+			if d := b.rec.Calls[pc.i].Decision; d != nil {
+				taken[pc.i] = d
+				b.rec.Calls[pc.i].Decision = nil
+			}
 		}
+	}
+	b.mu.Unlock()
+	if len(taken) > 0 {
+		if err := t.write(b); err != nil {
+			b.mu.Lock()
+			for i, d := range taken {
+				b.rec.Calls[i].Decision = d
+			}
+			b.mu.Unlock()
+			t.s.log.Warn("stopping: the guard's units of a batch's calls that did not run stay spent (the batch resumes on them)",
+				"batch", b.ID, "calls", len(give), "err", err)
+			return
+		}
+	}
+	for _, pc := range give {
+		t.s.RefundDecision(&pc.decision)
 	}
 }
 

@@ -20,8 +20,10 @@ import (
 const storePoll = 200 * time.Millisecond
 
 // newRecord is b's record as Submit writes it: every runnable call with
-// its reserved job ID and prepared arguments, every other with its answer.
-func newRecord(b *Batch, run []*pendingCall) *BatchRecord {
+// its reserved job ID and prepared arguments (and, when spent says the
+// store spent the guard's decisions, the decision: BatchCall.Decision),
+// every other with its answer.
+func newRecord(b *Batch, run []*pendingCall, spent bool) *BatchRecord {
 	r := &BatchRecord{ID: b.ID, Tenant: b.Tenant, IdempotencyKey: b.key, SessionID: b.SessionID,
 		Dialect: b.Dialect, Mode: b.Mode, State: BatchRunning, CreatedAt: b.CreatedAt, Calls: make([]BatchCall, len(b.Calls)),
 		FinalAnswer: b.FinalAnswer, HasFinal: b.HasFinal, Tags: slices.Clone(b.Tags), Metadata: b.Metadata,
@@ -33,6 +35,9 @@ func newRecord(b *Batch, run []*pendingCall) *BatchRecord {
 		c := &r.Calls[pc.i]
 		c.State, c.Error, c.Details, c.Answer = "", "", nil, ""
 		c.Tool, c.JobID, c.Arguments = pc.tool.Name, pc.reserved, pc.call.Arguments
+		if spent && pc.decision.Outcome != policy.OutcomeDeny {
+			c.Decision = spentDecision(pc.decision)
+		}
 		if pc.decision.Outcome == policy.OutcomeConfirm {
 			r.State = BatchPendingApproval
 		}
@@ -56,6 +61,13 @@ func cloneRecord(r *BatchRecord) *BatchRecord {
 // save writes b's record (its writes in order; a failure is logged: the
 // batch goes on in memory, and a batch recorded unfinished is resumed).
 func (t *Turns) save(b *Batch) {
+	if err := t.write(b); err != nil {
+		t.s.log.Error("record batch", "batch", b.ID, "err", err)
+	}
+}
+
+// write writes b's record (its writes in order).
+func (t *Turns) write(b *Batch) error {
 	b.saveMu.Lock()
 	defer b.saveMu.Unlock()
 	b.mu.Lock()
@@ -64,8 +76,9 @@ func (t *Turns) save(b *Batch) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := t.s.st.UpdateBatch(ctx, rec); err != nil {
-		t.s.log.Error("record batch", "batch", b.ID, "state", rec.State, "err", err)
+		return fmt.Errorf("state %s: %w", rec.State, err)
 	}
+	return nil
 }
 
 // fromStore reads a tenant's batch from the store.
@@ -180,11 +193,20 @@ func batchOf(rec *BatchRecord) *Batch {
 // calls that were submitted are waited for (an approval still pending
 // holds the batch again), those that were not are decided by the guard
 // now and run in the batch's order. Call it once, after the service's
-// Start and before serving. With replicas the batches are left as they
-// are (another replica may be running them); Get still answers them.
+// Start and before serving. With replicas a batch is its replica's: this
+// one resumes those it took over (its own previous process's, at Start,
+// and every expired replica's, then and whenever its lease loop takes
+// one over), each exactly once across replicas; Get answers any.
 func (t *Turns) Recover(ctx context.Context) error {
 	s := t.s
 	if s.rep != nil {
+		s.rep.onBatches(func(recs []*BatchRecord) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			for _, rec := range recs {
+				t.resume(ctx, rec)
+			}
+		})
 		return nil
 	}
 	recs, err := s.st.ListUnfinishedBatches(ctx)
@@ -233,13 +255,30 @@ func (t *Turns) resume(ctx context.Context, rec *BatchRecord) {
 		}
 		run = append(run, pc)
 	}
-	ts := make([]*tools.Tool, len(fresh))
-	for k, pc := range fresh {
+	// A call whose units the store spent before the stop runs on that
+	// decision (BatchCall.Decision); the others are decided now.
+	var decide []*pendingCall
+	for _, pc := range fresh {
+		if d := rec.Calls[pc.i].Decision; d != nil && s.atomic != nil {
+			pc.decision = d.decision()
+			continue
+		}
+		decide = append(decide, pc)
+	}
+	ts := make([]*tools.Tool, len(decide))
+	for k, pc := range decide {
 		ts[k] = pc.tool
 	}
+	spent := s.atomic != nil && s.guardEnabled(b.Tenant)
 	for k, d := range s.DecideBatch(b.Tenant, b.SessionID, ts) {
-		pc := fresh[k]
+		pc := decide[k]
 		pc.decision = d
+		if spent && d.Outcome != policy.OutcomeDeny {
+			b.rec.Calls[pc.i].Decision = spentDecision(d) // written below, before the call is submitted
+		}
+	}
+	for _, pc := range fresh {
+		d := pc.decision
 		switch d.Outcome {
 		case policy.OutcomeDeny:
 			t.submit(ctx, b, pc, false, false)

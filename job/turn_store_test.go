@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
+	"github.com/sandboxd/sandboxd/store/pgtest"
 	"github.com/sandboxd/sandboxd/tools"
 )
 
@@ -195,5 +196,214 @@ func TestTurnBatchRetention(t *testing.T) {
 	}
 	if _, err := h.svc.Get(t.Context(), "acme", b.Calls[0].JobID); !errors.Is(err, job.ErrNotFound) {
 		t.Fatalf("the batch's job: %v", err)
+	}
+}
+
+// A batch resumed after its process stopped spends the guard's units of
+// the calls it had not submitted exactly once: after a crash (no refund:
+// the store is gone before the stop) the resumed calls run on the decision
+// that spent them (Postgres: the store keeps the spend; SQLite: the
+// in-memory guard is restored from the jobs, which do not have them, and
+// decides again); after a graceful stop (the units given back) they are
+// decided again. Either way the budget has exactly one unit left for a
+// call after the batch.
+func TestTurnResumedBatchSpendsOnce(t *testing.T) {
+	const yml = `
+budgets:
+  - effect: exec
+    limit: 3
+    per: 24h
+`
+	for _, crash := range []bool{true, false} {
+		t.Run(map[bool]string{true: "crash", false: "graceful"}[crash], func(t *testing.T) {
+			bothStores(t, func(t *testing.T, store func() option) {
+				dir := t.TempDir()
+				opt := store()
+				h1 := newHarness(t, opt, withPolicy(t, "acme", yml), inDir(dir))
+				turns1 := job.NewTurns(h1.svc, job.TurnConfig{})
+				turn, _ := tools.ParseTurn([]byte(anthropicCalls(use("a", "wait", `{}`),
+					use("b", "echo", `{"text":"b"}`), use("c", "echo", `{"text":"c"}`))))
+				b, err := turns1.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b.Mode != job.ModeSerial {
+					t.Fatalf("mode %s", b.Mode)
+				}
+				var first string
+				eventually(t, "the first call submitted", func() bool {
+					cur, _ := turns1.Get(t.Context(), "acme", b.ID)
+					first = cur.Calls[0].JobID
+					return first != ""
+				})
+				h1.waitRunning(t, "acme", first)
+				if crash { // nothing the stop does reaches the store
+					h1.st.Close()
+				}
+				sctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+				_ = h1.svc.Shutdown(sctx) // the running call is cancelled
+				cancel()
+				h1.st.Close()
+
+				h2 := newHarness(t, opt, withPolicy(t, "acme", yml), inDir(dir))
+				close(h2.gate) // the first call, run again after a crash, ends
+				turns2 := job.NewTurns(h2.svc, job.TurnConfig{})
+				if err := turns2.Recover(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				done := waitBatch(t, turns2, "acme", b.ID)
+				for i := 1; i <= 2; i++ {
+					if c := done.Calls[i]; c.IsError || c.State != string(job.StateSucceeded) {
+						t.Errorf("resumed call %d: %s %q (%+v)", i, c.State, c.Answer, c.Guard)
+					}
+				}
+				// 3 units: the batch's two echo calls, then one more.
+				if j := h2.wait(t, "acme", h2.submit(t, "acme", call("echo", `{"text":"x"}`)).ID); j.Reason != "" {
+					t.Fatalf("the budget's last unit: reason %q (%v)", j.Reason, j.Result)
+				}
+				if j := h2.wait(t, "acme", h2.submit(t, "acme", call("echo", `{"text":"y"}`)).ID); j.Reason != job.ReasonBudgetExhausted {
+					t.Fatalf("past the budget: reason %q, want %s", j.Reason, job.ReasonBudgetExhausted)
+				}
+			})
+		})
+	}
+}
+
+// With replicas, a batch is its replica's: when that replica dies (its
+// store gone, then its lease expired), the replica taking it over resumes
+// the batch exactly once: the calls it had not submitted run there once,
+// on the guard units spent at the batch's decision; a replica that joins
+// later resumes nothing more.
+func TestReplicasTurnResumedByTakeover(t *testing.T) {
+	const yml = `
+budgets:
+  - effect: exec
+    limit: 3
+    per: 24h
+`
+	url := pgtest.Shared(t).NewDatabase(t)
+	var runs atomic.Int64
+	count := func() *tools.Tool {
+		return &tools.Tool{Name: "count", Effects: []tools.Effect{tools.EffectExec},
+			Run: func(context.Context, tools.Env, map[string]any) (tools.Result, error) {
+				return tools.Result{OK: true, Content: fmt.Sprint(runs.Add(1))}, nil
+			}}
+	}
+	replica := func(id string) *harness {
+		h := newHarness(t, onPostgres(t, url), withPolicy(t, "acme", yml), func(c *job.Config, _ *harness) {
+			c.Replica = &job.ReplicaConfig{ID: id, LeaseTTL: 600 * time.Millisecond}
+		})
+		h.register(t, count())
+		return h
+	}
+	h1 := replica("r1")
+	turns1 := job.NewTurns(h1.svc, job.TurnConfig{})
+	if err := turns1.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	turn, _ := tools.ParseTurn([]byte(anthropicCalls(use("a", "wait", `{}`), use("b", "count", `{}`), use("c", "count", `{}`))))
+	b, err := turns1.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Mode != job.ModeSerial {
+		t.Fatalf("mode %s", b.Mode)
+	}
+	var first string
+	eventually(t, "the first call submitted", func() bool {
+		cur, _ := turns1.Get(t.Context(), "acme", b.ID)
+		first = cur.Calls[0].JobID
+		return first != ""
+	})
+	h1.waitRunning(t, "acme", first)
+
+	// r2 is live beside r1: it takes nothing of r1's.
+	h2 := replica("r2")
+	close(h2.gate)
+	turns2 := job.NewTurns(h2.svc, job.TurnConfig{})
+	if err := turns2.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if runs.Load() != 0 {
+		t.Fatalf("calls of r1's batch ran while r1 was live: %d", runs.Load())
+	}
+	// r1 dies: nothing it does reaches the store any more (the pool
+	// refuses new connections; Close returns once r1's listener, ended at
+	// its Shutdown in the cleanup, gives its own back).
+	go h1.st.Close()
+
+	done := waitBatch(t, turns2, "acme", b.ID)
+	if c := done.Calls[0]; c.JobID != first || c.State != string(job.StateFailed) || c.Reason != job.ReasonLost {
+		t.Errorf("r1's running call after the takeover: %s/%s (%s)", c.State, c.Reason, c.JobID)
+	}
+	for i, want := range []string{"", "1", "2"} {
+		if c := done.Calls[i]; want != "" && (c.Answer != want || c.IsError) {
+			t.Errorf("call %d: %q (%s), want %q", i, c.Answer, c.State, want)
+		}
+	}
+	eventually(t, "the completed batch in the store", func() bool {
+		rec, err := h2.st.GetBatch(t.Context(), b.ID)
+		return err == nil && rec.State == job.BatchCompleted
+	})
+	// A replica joining now resumes nothing; the budget has one unit left.
+	h3 := replica("r3")
+	close(h3.gate)
+	turns3 := job.NewTurns(h3.svc, job.TurnConfig{})
+	if err := turns3.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if j := h3.wait(t, "acme", h3.submit(t, "acme", call("count", `{}`)).ID); j.Reason != "" || j.Result.Content != "3" {
+		t.Fatalf("the budget's last unit: %s %q", j.Reason, j.Result.Content)
+	}
+	if j := h3.wait(t, "acme", h3.submit(t, "acme", call("count", `{}`)).ID); j.Reason != job.ReasonBudgetExhausted {
+		t.Fatalf("past the budget: reason %q", j.Reason)
+	}
+	if runs.Load() != 3 {
+		t.Fatalf("count ran %d times, want 3", runs.Load())
+	}
+}
+
+// A replica restarted with its ID (a new epoch) resumes the batches its
+// previous process left unfinished, taken over at its start.
+func TestReplicasTurnResumedByRestart(t *testing.T) {
+	url := pgtest.Shared(t).NewDatabase(t)
+	replica := func() *harness {
+		return newHarness(t, onPostgres(t, url), func(c *job.Config, _ *harness) {
+			c.Replica = &job.ReplicaConfig{ID: "r1"}
+		})
+	}
+	h1 := replica()
+	turns1 := job.NewTurns(h1.svc, job.TurnConfig{})
+	if err := turns1.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	turn, _ := tools.ParseTurn([]byte(anthropicCalls(use("a", "wait", `{}`), use("b", "add", `{"a":1,"b":2}`))))
+	b, err := turns1.Submit(t.Context(), "acme", job.TurnRequest{Turn: turn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	eventually(t, "the first call submitted", func() bool {
+		cur, _ := turns1.Get(t.Context(), "acme", b.ID)
+		first = cur.Calls[0].JobID
+		return first != ""
+	})
+	h1.waitRunning(t, "acme", first)
+	sctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	_ = h1.svc.Shutdown(sctx) // the running call is cancelled
+	cancel()
+	h1.st.Close()
+
+	h2 := replica()
+	close(h2.gate)
+	turns2 := job.NewTurns(h2.svc, job.TurnConfig{})
+	if err := turns2.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	done := waitBatch(t, turns2, "acme", b.ID)
+	if done.Calls[0].JobID != first || done.Calls[1].Answer != "3" || done.Calls[1].IsError {
+		t.Fatalf("after the restart: %+v", done.Calls)
 	}
 }

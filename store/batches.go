@@ -105,11 +105,12 @@ func (s *SQLite) CreateBatch(ctx context.Context, b *job.BatchRecord) error {
 	return nil
 }
 
-// sqliteBatchJobs records b's job IDs (after dropping the old ones).
+// sqliteBatchJobs records b's job IDs. The ones it had are kept (a call
+// whose reserved ID was replaced by its key's job, or answered without a
+// job): retention joins them with jobs, where such an ID has no row, so
+// they never hold a batch back, and an update of a batch whose IDs did not
+// change (every completion) writes nothing here.
 func sqliteBatchJobs(ctx context.Context, tx *sql.Tx, b *job.BatchRecord) error {
-	if _, err := tx.ExecContext(ctx, `DELETE FROM batch_jobs WHERE batch_id = ?`, b.ID); err != nil {
-		return err
-	}
 	ids := b.JobIDs()
 	if len(ids) == 0 {
 		return nil
@@ -256,11 +257,9 @@ func (s *Postgres) CreateBatch(ctx context.Context, b *job.BatchRecord) error {
 	return pgErr("create batch "+b.ID, err)
 }
 
-// pgBatchJobs records b's job IDs (after dropping the old ones).
+// pgBatchJobs records b's job IDs, keeping the ones it had
+// (sqliteBatchJobs says why that is harmless).
 func pgBatchJobs(ctx context.Context, tx pgx.Tx, b *job.BatchRecord) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM batch_jobs WHERE batch_id = $1`, b.ID); err != nil {
-		return err
-	}
 	ids := b.JobIDs()
 	if len(ids) == 0 {
 		return nil
@@ -315,6 +314,72 @@ func (s *Postgres) UpdateBatch(ctx context.Context, b *job.BatchRecord) error {
 	}
 	if !found {
 		return fmt.Errorf("update batch %s: %w", b.ID, job.ErrNotFound)
+	}
+	return nil
+}
+
+// CreateBatchOwned implements job.Coordinator: CreateBatch recording l
+// as the batch's owner, only while l is live (else ErrLeaseLost).
+func (s *Postgres) CreateBatchOwned(ctx context.Context, l Lease, b *job.BatchRecord) error {
+	r, err := toBatchRow(b)
+	if err != nil {
+		return fmt.Errorf("create batch %s: %w", b.ID, err)
+	}
+	live := true
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO batches (`+batchColumns+`, owner, owner_epoch)
+			SELECT $3::text, $4::text, $5::text, $6::text, $7::text, $8::bigint, $9::bigint, $10::text, $1::text, $2::bigint
+			WHERE `+validLease,
+			l.Replica, l.Epoch, r.id, r.tenant, r.idemKey, r.sessionID, r.state, r.createdAt, r.finishedAt, r.record)
+		if err != nil {
+			return err
+		}
+		if live = tag.RowsAffected() > 0; !live {
+			return nil
+		}
+		return pgBatchJobs(ctx, tx, b)
+	})
+	if pgUnique(err) {
+		return fmt.Errorf("create batch %s: %w: id or idempotency key already used", b.ID, job.ErrConflict)
+	}
+	if err != nil {
+		return pgErr("create batch "+b.ID, err)
+	}
+	if !live {
+		return fmt.Errorf("create batch %s by %s epoch %d: %w", b.ID, l.Replica, l.Epoch, ErrLeaseLost)
+	}
+	return nil
+}
+
+// UpdateBatchFenced implements job.Coordinator: UpdateBatch while l is
+// live and the batch is l's (or no replica's); otherwise ErrFenced and
+// nothing changes.
+func (s *Postgres) UpdateBatchFenced(ctx context.Context, l Lease, b *job.BatchRecord) error {
+	r, err := toBatchRow(b)
+	if err != nil {
+		return fmt.Errorf("update batch %s: %w", b.ID, err)
+	}
+	found := false
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE batches SET state = $3, finished_at = $4, record = $5
+			WHERE id = $6 AND ((owner = $1 AND owner_epoch = $2) OR owner = '') AND `+validLease,
+			l.Replica, l.Epoch, r.state, r.finishedAt, r.record, r.id)
+		if err != nil {
+			return err
+		}
+		if found = tag.RowsAffected() > 0; !found {
+			return nil
+		}
+		return pgBatchJobs(ctx, tx, b)
+	})
+	if err != nil {
+		return pgErr("update batch "+b.ID, err)
+	}
+	if !found {
+		if _, err := s.GetBatch(ctx, b.ID); err != nil {
+			return fmt.Errorf("update batch %s: %w", b.ID, err)
+		}
+		return fmt.Errorf("update batch %s by %s epoch %d: %w", b.ID, l.Replica, l.Epoch, ErrFenced)
 	}
 	return nil
 }

@@ -257,7 +257,10 @@ func (s *Postgres) TakeOver(ctx context.Context, by Lease) ([]Takeover, error) {
 			}
 			if own {
 				t.Dead = Lease{Replica: by.Replica, Epoch: by.Epoch - 1, Address: by.Address}
-				return takeOverRows(ctx, tx, &t, `owner = $1 AND owner_epoch < $2`, by.Replica, by.Epoch)
+				if err := takeOverRows(ctx, tx, &t, `owner = $1 AND owner_epoch < $2`, by.Replica, by.Epoch); err != nil {
+					return err
+				}
+				return takeOverBatches(ctx, tx, &t, by, `owner = $1 AND owner_epoch < $2`, by.Replica, by.Epoch)
 			}
 			var exp int64
 			err := tx.QueryRow(ctx, `SELECT id, epoch, address, lease_expires_at FROM replicas
@@ -274,6 +277,9 @@ func (s *Postgres) TakeOver(ctx context.Context, by Lease) ([]Takeover, error) {
 			if err := takeOverRows(ctx, tx, &t, `owner = $1`, t.Dead.Replica); err != nil {
 				return err
 			}
+			if err := takeOverBatches(ctx, tx, &t, by, `owner = $1`, t.Dead.Replica); err != nil {
+				return err
+			}
 			_, err = tx.Exec(ctx, `DELETE FROM replicas WHERE id = $1 AND epoch = $2`, t.Dead.Replica, t.Dead.Epoch)
 			return err
 		})
@@ -286,7 +292,7 @@ func (s *Postgres) TakeOver(ctx context.Context, by Lease) ([]Takeover, error) {
 		if done {
 			return out, nil
 		}
-		if !own || len(t.Lost)+len(t.Requeued)+len(t.Sessions)+len(t.Callbacks) > 0 {
+		if !own || len(t.Lost)+len(t.Requeued)+len(t.Sessions)+len(t.Callbacks)+len(t.Batches) > 0 {
 			out = append(out, t)
 		}
 		own = false
@@ -334,6 +340,18 @@ func takeOverRows(ctx context.Context, tx pgx.Tx, t *Takeover, owned string, arg
 	rows, err = tx.Query(ctx, `UPDATE sessions SET state = 'closed', reason = 'lost', closed_at = `+dbNow+`
 		WHERE `+owned+` AND state IN ('creating', 'active') RETURNING `+sessionColumns, args...)
 	t.Sessions, err = collect(rows, err, scanSession)
+	return err
+}
+
+// takeOverBatches makes by the owner of the unfinished batches matching
+// owned (over args), into t.Batches: in the takeover's transaction, so
+// exactly one replica resumes each.
+func takeOverBatches(ctx context.Context, tx pgx.Tx, t *Takeover, by Lease, owned string, args ...any) error {
+	n := len(args)
+	rows, err := tx.Query(ctx, fmt.Sprintf(`UPDATE batches SET owner = $%d, owner_epoch = $%d
+		WHERE `+owned+` AND state != 'completed' RETURNING `+batchColumns, n+1, n+2),
+		append(args, by.Replica, by.Epoch)...)
+	t.Batches, err = collect(rows, err, scanBatch)
 	return err
 }
 

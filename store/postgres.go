@@ -243,6 +243,11 @@ var pgMigrations = []string{
 	// 6: the guard's counters, checked and spent with a job's insert
 	// (guard_spend.go).
 	pgGuardMigration,
+	// 7: the replica running a batch, fenced like a job's (batches.go):
+	// a replica taking over a dead one resumes its unfinished batches.
+	`ALTER TABLE batches ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
+	ALTER TABLE batches ADD COLUMN IF NOT EXISTS owner_epoch BIGINT NOT NULL DEFAULT 0;
+	CREATE INDEX IF NOT EXISTS batches_owner ON batches (owner) WHERE state != 'completed';`,
 }
 
 // migrate brings the schema to the latest version, holding the

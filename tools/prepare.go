@@ -163,8 +163,15 @@ func toFloat(v any, ptr string) (any, []Problem) {
 	}
 }
 
+// pointerEscaper escapes a JSON Pointer token (RFC 6901). Built once: a
+// Replacer per token cost more than the rest of an argument's validation.
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
 func escapePointer(tok string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(tok)
+	if !strings.ContainsAny(tok, "~/") {
+		return tok
+	}
+	return pointerEscaper.Replace(tok)
 }
 
 func pointerOrRoot(p string) string {
