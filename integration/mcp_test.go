@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,23 @@ tenants:
   - name: other
     api_keys: [k-other]
 `
+
+// mcpToolsConfig is mcpConfig with a tools directory holding "report", a
+// script tool whose result has a CSV artifact (an MCP resource).
+func mcpToolsConfig(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"report.yaml": "name: report\ndescription: Writes a CSV report.\ninput_schema: {type: object, properties: {}}\nscript: report.sh\n",
+		"report.sh":   "#!/bin/sh\nprintf '%s\\n' '{\"content\": \"see report.csv\", \"artifacts\": [{\"name\": \"report.csv\", \"mime_type\": \"text/csv\", \"text\": \"a,b\\n1,2\\n\"}]}'\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mcpConfig + "tools_dir: " + dir + "\n"
+}
 
 // keyTransport adds an API key to every request.
 type keyTransport struct{ key string }
@@ -56,7 +74,7 @@ func mcpHTTP(t *testing.T, s *server, key string, opts *mcp.ClientOptions) *mcp.
 // TestMCPHTTP: the MCP server at /mcp, the same tests as over stdio, plus
 // the key check and the MCP session's sandboxd session.
 func TestMCPHTTP(t *testing.T) {
-	s := startServer(t, mcpConfig)
+	s := startServer(t, mcpToolsConfig(t))
 	// No key, a bad key, an operator-less tenant's: the API's answers.
 	for _, key := range []string{"", "nope"} {
 		req, _ := http.NewRequest("POST", s.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
@@ -134,14 +152,14 @@ func TestMCPHTTP(t *testing.T) {
 // (--url) and in-process on its own data directory.
 func TestMCPStdio(t *testing.T) {
 	t.Run("relay", func(t *testing.T) {
-		s := startServer(t, mcpConfig)
+		s := startServer(t, mcpToolsConfig(t))
 		cmd := exec.Command(binPath, "mcp", "--url", s.URL, "--api-key", "k-acme")
 		cmd.Env = []string{"PATH=/usr/bin:/bin"}
 		checkMCP(t, func(o *mcp.ClientOptions) *mcp.ClientSession { return mcpStdio(t, cmd, o) })
 	})
 	t.Run("in-process", func(t *testing.T) {
 		cfg := t.TempDir() + "/sandboxd.yaml"
-		if err := os.WriteFile(cfg, []byte(mcpConfig), 0o600); err != nil {
+		if err := os.WriteFile(cfg, []byte(mcpToolsConfig(t)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(binPath, "mcp", "--data-dir", dataDir(t), "--config", cfg, "--tenant", "acme")
@@ -171,15 +189,23 @@ func mcpStdio(t *testing.T, cmd *exec.Cmd, opts *mcp.ClientOptions) *mcp.ClientS
 }
 
 // checkMCP: tools listed with schemas and annotations; a call; a stateful
-// REPL across two calls; an image artifact; a guard refusal and a
+// REPL across two calls; an image artifact; another artifact as a resource
+// announced by notifications/resources/list_changed, listed and read; a
+// guard refusal and a
 // validation error as isError results; progress while a job runs;
 // cancellation cancels the job.
 func checkMCP(t *testing.T, connect func(*mcp.ClientOptions) *mcp.ClientSession) *mcp.ClientSession {
 	t.Helper()
 	progressed := make(chan string, 64)
+	resourcesChanged := make(chan struct{}, 64)
 	cs := connect(&mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 		select {
 		case progressed <- r.Params.Message:
+		default:
+		}
+	}, ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+		select {
+		case resourcesChanged <- struct{}{}:
 		default:
 		}
 	}})
@@ -249,6 +275,31 @@ func checkMCP(t *testing.T, connect func(*mcp.ClientOptions) *mcp.ClientSession)
 	}
 	if r.IsError || img == nil || img.MIMEType != "image/png" || !bytes.HasPrefix(img.Data, []byte("\x89PNG")) {
 		t.Fatalf("matplotlib figure: isError=%v content=%d image=%v %q", r.IsError, len(r.Content), img != nil, text(r))
+	}
+	// Any other artifact is a resource: a resource_link in the result,
+	// notifications/resources/list_changed, listed and read.
+	r = call("report", map[string]any{})
+	var link *mcp.ResourceLink
+	for _, c := range r.Content {
+		if rl, ok := c.(*mcp.ResourceLink); ok {
+			link = rl
+		}
+	}
+	if r.IsError || link == nil || link.Name != "report.csv" || link.MIMEType != "text/csv" {
+		t.Fatalf("a CSV artifact: isError=%v link=%+v %q", r.IsError, link, text(r))
+	}
+	select {
+	case <-resourcesChanged:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notifications/resources/list_changed after a call made an artifact")
+	}
+	lr, err := cs.ListResources(ctx, nil)
+	if err != nil || len(lr.Resources) != 1 || lr.Resources[0].URI != link.URI {
+		t.Fatalf("resources/list after the artifact: %v %+v", err, lr)
+	}
+	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI})
+	if err != nil || len(rr.Contents) != 1 || rr.Contents[0].Text != "a,b\n1,2\n" {
+		t.Fatalf("resources/read %s: %v %+v", link.URI, err, rr)
 	}
 	// A guard refusal and a validation error: isError with readable text.
 	if r := call("calculator", map[string]any{"expression": "1+1"}); !r.IsError || !strings.Contains(text(r), "use python_repl for arithmetic") {

@@ -55,3 +55,20 @@ func FuzzRelaySSE(f *testing.F) {
 		}
 	})
 }
+
+func TestAnswersRequest(t *testing.T) {
+	req := `{"jsonrpc":"2.0","id":7,"method":"server/discover"}`
+	for body, want := range map[string]bool{
+		`{"jsonrpc":"2.0","id":7,"error":{"code":-32000,"message":"unsupported"}}`: true,
+		`{"jsonrpc":"2.0","id": 7 ,"error":{"code":1}}`:                            true,
+		`{"jsonrpc":"2.0","id":8,"error":{"code":1}}`:                              false,
+		`{"jsonrpc":"2.0","id":7,"result":{}}`:                                     false,
+		`{"jsonrpc":"2.0","id":null,"error":{"code":1}}`:                           false,
+		`{"jsonrpc":"2.0","id":{},"error":{"code":1}}`:                             false,
+		`Bad Request`: false,
+	} {
+		if got := answersRequest([]byte(body), []byte(req)); got != want {
+			t.Errorf("answersRequest(%s) = %v", body, got)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import unittest
 
 import sandboxd
 from sandboxd import Client, Sandbox
+from sandboxd.errors import error_for
 from sandboxd.sandbox import _execution_error
 
 
@@ -18,6 +19,15 @@ class ErrorTest(unittest.TestCase):
         e = _execution_error("the code raised KeyError: 'k'", "Traceback ...")
         self.assertEqual((e.name, e.value, e.traceback), ("KeyError", "'k'", "Traceback ..."))
         self.assertEqual(_execution_error("process exited with code 3", "").name, "Error")
+
+    def test_error_classes(self):
+        # A 503 of any cause is "try again later", a reused idempotency key
+        # a conflict (not a 422 validation error without details).
+        for code in ("shutting_down", "unavailable", "disk_full", "store_unavailable", "replica_unavailable"):
+            self.assertIs(error_for(503, code), sandboxd.UnavailableError, code)
+        self.assertIs(error_for(422, "idempotency_key_reused"), sandboxd.ConflictError)
+        self.assertIs(error_for(422, "validation_failed"), sandboxd.ValidationError)
+        self.assertIs(error_for(503, "something_new"), sandboxd.ServerError)
 
 
 class LiveTest(unittest.TestCase):

@@ -35,7 +35,7 @@ export class PermissionDeniedError extends SandboxdError {}
 export class NotFoundError extends SandboxdError {}
 /** unknown_tool (404). */
 export class UnknownToolError extends NotFoundError {}
-/** conflict, session_closed (409). */
+/** conflict, session_closed (409); idempotency_key_reused (422: the key was used for another request). */
 export class ConflictError extends SandboxdError {}
 /** validation_failed (422): details name each field. */
 export class ValidationError extends SandboxdError {}
@@ -45,7 +45,7 @@ export class UnsupportedError extends SandboxdError {}
 export class RateLimitError extends SandboxdError {}
 /** workspace_full (507). */
 export class WorkspaceFullError extends SandboxdError {}
-/** shutting_down (503). */
+/** shutting_down, unavailable (the runner), disk_full (the host's disk), store_unavailable, replica_unavailable (503): retry after retryAfter seconds. */
 export class UnavailableError extends SandboxdError {}
 /** A job that ran out of time, the server's 504, or the client's deadline. */
 export class TimeoutError extends SandboxdError {}
@@ -72,7 +72,12 @@ const byCode: Record<string, ErrorClass> = {
   queue_full: RateLimitError,
   session_limit: RateLimitError,
   workspace_full: WorkspaceFullError,
+  idempotency_key_reused: ConflictError,
   shutting_down: UnavailableError,
+  unavailable: UnavailableError,
+  disk_full: UnavailableError,
+  store_unavailable: UnavailableError,
+  replica_unavailable: UnavailableError,
   timeout: TimeoutError,
   internal: ServerError,
 };

@@ -8,7 +8,8 @@ import { after, before, describe, it } from "node:test";
 import { ToolInputParsingException } from "@langchain/core/tools";
 
 import {
-  AuthenticationError, Client, NotFoundError, Sandbox, TimeoutError, ToolError, UnknownToolError, ValidationError, executionError,
+  AuthenticationError, Client, ConflictError, NotFoundError, Sandbox, ServerError, TimeoutError, ToolError, UnavailableError, UnknownToolError,
+  ValidationError, errorFor, executionError,
 } from "../src/index.js";
 import { sandboxdTools } from "../src/langchain.js";
 
@@ -16,6 +17,15 @@ describe("executionError", () => {
   it("names the code's exception", () => {
     assert.deepEqual(executionError("the code raised KeyError: 'k'", "Traceback ..."), { name: "KeyError", value: "'k'", traceback: "Traceback ..." });
     assert.equal(executionError("process exited with code 3", "").name, "Error");
+  });
+  it("has a class per error code", () => {
+    // A 503 of any cause is "try again later", a reused idempotency key a conflict.
+    for (const code of ["shutting_down", "unavailable", "disk_full", "store_unavailable", "replica_unavailable"]) {
+      assert.equal(errorFor(503, code), UnavailableError, code);
+    }
+    assert.equal(errorFor(422, "idempotency_key_reused"), ConflictError);
+    assert.equal(errorFor(422, "validation_failed"), ValidationError);
+    assert.equal(errorFor(503, "something_new"), ServerError);
   });
 });
 

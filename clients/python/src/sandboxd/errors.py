@@ -55,7 +55,8 @@ class UnknownToolError(NotFoundError):
 
 
 class ConflictError(SandboxdError):
-    """conflict, session_closed (409)."""
+    """conflict, session_closed (409); idempotency_key_reused (422: the key
+    was used for another request)."""
 
 
 class ValidationError(SandboxdError):
@@ -76,7 +77,9 @@ class WorkspaceFullError(SandboxdError):
 
 
 class UnavailableError(SandboxdError):
-    """shutting_down (503)."""
+    """shutting_down, unavailable (the runner), disk_full (the host's
+    disk), store_unavailable, replica_unavailable (503): try again after
+    ``retry_after`` seconds."""
 
 
 class TimeoutError(SandboxdError, builtins.TimeoutError):
@@ -108,7 +111,12 @@ _BY_CODE: Dict[str, Type[SandboxdError]] = {
     "queue_full": RateLimitError,
     "session_limit": RateLimitError,
     "workspace_full": WorkspaceFullError,
+    "idempotency_key_reused": ConflictError,
     "shutting_down": UnavailableError,
+    "unavailable": UnavailableError,
+    "disk_full": UnavailableError,
+    "store_unavailable": UnavailableError,
+    "replica_unavailable": UnavailableError,
     "timeout": TimeoutError,
     "internal": ServerError,
 }
