@@ -1,5 +1,11 @@
 package main
 
+// The relay must pass on every message a server sends, including those of
+// features the protocol deprecates but still carries (logging, roots:
+// SEP-2577's window of at least twelve months); they are the SDK's ready
+// ways to send a notification and a request outside a call.
+//lint:file-ignore SA1019 the test sends deprecated-but-live messages through the relay on purpose
+
 import (
 	"context"
 	"io"
