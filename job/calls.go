@@ -97,7 +97,7 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	j := &Job{
 		ID: id, Tenant: tenant, Tool: tool.Name, CallID: call.ID, Args: call.Arguments,
 		IdempotencyKey: key, Runner: runnerName, Limits: limits, SessionID: req.SessionID,
-		State: StateQueued, CreatedAt: now, Tags: tags, Metadata: md,
+		State: StateQueued, CreatedAt: now, Tags: tags, Metadata: md, Retry: req.Retry,
 	}
 	if req.CallbackURL != "" {
 		j.Callback = &Callback{URL: req.CallbackURL, State: CallbackPending}
@@ -172,7 +172,6 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 		return nil, false, ErrQueueFull
 	}
 	e := s.newEntry(j, tool, args)
-	e.retry = req.Retry
 	if ckey != "" {
 		e.cacheKey, e.cacheTTL = ckey, tool.Cache.TTL
 	}

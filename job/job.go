@@ -84,6 +84,11 @@ type Job struct {
 	Cached bool `json:"cached,omitempty"`
 	// Hooks are the tool hooks' requests and outcomes (hooks.go).
 	Hooks []HookRecord `json:"hooks,omitempty"`
+	// Retry is SubmitRequest.Retry, kept with the job so that whichever
+	// process runs it (a replica claiming it, the next process after a
+	// restart) retries it the same way, and a retry-safe call its process
+	// died running runs again instead of ending lost (retry.go).
+	Retry bool `json:"retry,omitempty"`
 }
 
 // SubmitRequest is a validated-at-the-edge request to run one tool call.

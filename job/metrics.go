@@ -119,7 +119,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"tenant", "outcome"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sandboxd_job_infrastructure_failures_total",
-		Help: "Infrastructure failures of job attempts (runner unavailable, sandbox died, provider down), by tool and action (retried, not_retried, exhausted).",
+		Help: "Infrastructure failures of job attempts (runner unavailable, sandbox died, provider down, the process or replica running it died), by tool and action (retried, not_retried, exhausted).",
 	}, []string{"tool", "action"})
 	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sandboxd_tool_cache_total",

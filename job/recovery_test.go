@@ -97,3 +97,93 @@ func TestRecovery(t *testing.T) {
 		t.Errorf("synthesized events %v, want %v", types, want)
 	}
 }
+
+// TestRecoveryRerunsRetrySafe: a job that asked for retries (Job.Retry,
+// kept in the store) and whose process died while it ran runs again at
+// the next start when its tool cannot do anything twice and attempts are
+// left; otherwise it ends lost as before.
+func TestRecoveryRerunsRetrySafe(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "jobs.db")
+	st, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	created := time.Now().UTC().Add(-time.Minute)
+	started := created.Add(time.Second)
+	running := func(id, tool, args string, retry bool, attempts int) *job.Job {
+		return &job.Job{ID: id, Tenant: "acme", Tool: tool, CallID: id, Args: json.RawMessage(args), Runner: "fake",
+			State: job.StateRunning, Attempts: attempts, CreatedAt: created, StartedAt: &started, Retry: retry}
+	}
+	for _, j := range []*job.Job{
+		running("job_rerun", "add", `{"a":1,"b":2}`, true, 1),     // retry-safe, attempts left: runs again
+		running("job_no_retry", "add", `{"a":1,"b":2}`, false, 1), // did not ask
+		running("job_exec", "echo", `{"text":"x"}`, true, 1),      // exec: may have done it
+		running("job_spent", "add", `{"a":1,"b":2}`, true, 2),     // 1 + Retries attempts started
+	} {
+		if err := st.Create(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+
+	st, err = store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	prom := prometheus.NewRegistry()
+	cfg := job.Config{WorkDir: filepath.Join(dir, "work"), Metrics: job.NewMetrics(prom)}
+	cfg.Turns.Retries = 1
+	svc, err := job.New(cfg, st, testTools(t, nil), &fakeRunner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		svc.Shutdown(sctx)
+	}()
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	j, err := svc.Wait(wctx, "acme", "job_rerun")
+	if err != nil || j.State != job.StateSucceeded || j.Result.Content != "3" || j.Attempts != 2 || !j.Retry {
+		t.Errorf("retry-safe job after restart: %+v %+v, %v; want it run again (2 attempts)", j, j.Result, err)
+	}
+	for _, id := range []string{"job_no_retry", "job_exec", "job_spent"} {
+		j, err := svc.Get(ctx, "acme", id)
+		if err != nil || j.State != job.StateFailed || j.Reason != job.ReasonLost {
+			t.Errorf("%s after restart: %+v, %v; want failed/lost", id, j, err)
+		}
+	}
+	if got := metricValues(t, prom, "sandboxd_job_infrastructure_failures_total", map[string]string{"tool": "add", "action": "retried"}); len(got) != 1 || got[0] != 1 {
+		t.Errorf("retries counted %v, want 1", got)
+	}
+	// Its events: the first attempt's, then the second's.
+	ch, err := svc.Subscribe(ctx, "acme", "job_rerun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []job.EventType
+	for ev := range ch {
+		types = append(types, ev.Type)
+	}
+	if n := countType(types, job.EventStarted); n < 1 || types[len(types)-1] != job.EventFinished {
+		t.Errorf("events %v: want a started event and the finished one last", types)
+	}
+}
+
+func countType(ts []job.EventType, want job.EventType) int {
+	n := 0
+	for _, t := range ts {
+		if t == want {
+			n++
+		}
+	}
+	return n
+}

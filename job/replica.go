@@ -55,6 +55,16 @@ type Takeover struct {
 	Batches []*BatchRecord
 }
 
+// Rerun selects the running jobs of a dead replica that run again instead
+// of ending failed/lost: Service.rerunsLost's rule, in the store's terms.
+// A job is selected when it asked for retries (Job.Retry), is not a
+// session's, its tool is one of Tools (the RetrySafe ones) and at most
+// MaxStarted attempts of it started (Config.Turns.Retries).
+type Rerun struct {
+	Tools      []string
+	MaxStarted int
+}
+
 // ClaimOrder is the fair order of claims across tenants, the store-side
 // form of the scheduler's (sched.go): a tenant's queued jobs are ranked
 // by age, and the next claimed is the one with the least
@@ -124,7 +134,9 @@ type Coordinator interface {
 	// TakeOver ends the bookkeeping of every replica whose lease expired
 	// on behalf of by, and of by's own earlier epochs; their unfinished
 	// batches become by's (Takeover.Batches), each for exactly one taker.
-	TakeOver(ctx context.Context, by Lease) ([]Takeover, error)
+	// Their running jobs that rerun selects are queued again
+	// (Takeover.Requeued) instead of ending lost.
+	TakeOver(ctx context.Context, by Lease, rerun Rerun) ([]Takeover, error)
 	// NotifyQueued wakes every replica's WaitQueued.
 	NotifyQueued(ctx context.Context) error
 	// WaitQueued sends on wake (never blocking) each time a job is

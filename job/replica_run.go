@@ -255,7 +255,7 @@ func (s *Service) leaseLoop() {
 // are reaped when the runner reaches them, and the released jobs are
 // claimed.
 func (s *Service) takeOver(ctx context.Context) error {
-	tos, err := s.rep.c.TakeOver(ctx, s.rep.current())
+	tos, err := s.rep.c.TakeOver(ctx, s.rep.current(), Rerun{Tools: s.retrySafeTools(), MaxStarted: s.cfg.Turns.Retries})
 	for _, t := range tos {
 		for _, j := range t.Lost {
 			if seq, err := s.lastSeq(ctx, j.ID); err == nil {
@@ -267,6 +267,11 @@ func (s *Service) takeOver(ctx context.Context) error {
 			}
 			s.m.jobs.WithLabelValues(j.Tenant, j.Tool, j.Runner, OutcomeLost).Inc()
 			s.startCallback(j)
+		}
+		for _, j := range t.Requeued {
+			if j.Attempts > 0 { // it was running: it runs again (Rerun)
+				s.m.retries.WithLabelValues(j.Tool, "retried").Inc()
+			}
 		}
 		for _, j := range t.Callbacks { // where the dead replica left off
 			s.startCallback(j)

@@ -35,7 +35,9 @@ func (s *Service) executeWithRetries(ctx context.Context, e *entry, j *Job, star
 		return a
 	}
 	backoff := s.cfg.Turns.RetryBackoff
-	for n := 1; a.err != nil && ctx.Err() == nil; n++ {
+	// n counts the attempts started, those of earlier processes too (a
+	// call its process died running and ran again: rerunsLost).
+	for n := j.Attempts; a.err != nil && ctx.Err() == nil; n++ {
 		safe := !a.ran || (e.tool != nil && e.tool.RetrySafe())
 		switch {
 		case !safe:
@@ -65,6 +67,31 @@ func (s *Service) executeWithRetries(ctx context.Context, e *entry, j *Job, star
 		a = s.execute(ctx, e, started)
 	}
 	return a
+}
+
+// rerunsLost reports whether a job its process (or replica) died running
+// runs again instead of ending failed/lost: it asked for retries, it is
+// not a session's (its sandbox died with the process), its tool is
+// RetrySafe (the call may have run: only one that cannot do anything
+// twice runs again), and Config.Turns.Retries leaves attempts.
+func (s *Service) rerunsLost(j *Job) bool {
+	if !j.Retry || j.SessionID != "" || j.Attempts > s.cfg.Turns.Retries {
+		return false
+	}
+	tool, ok := s.reg.Lookup(j.Tool)
+	return ok && tool.RetrySafe()
+}
+
+// retrySafeTools names the registry's RetrySafe tools (a replica taking
+// over a dead one runs their lost jobs again: Coordinator.TakeOver).
+func (s *Service) retrySafeTools() []string {
+	var names []string
+	for _, t := range s.reg.Tools() {
+		if t.RetrySafe() {
+			names = append(names, t.Name)
+		}
+	}
+	return names
 }
 
 // unsafeWhy says why the job's tool may not run twice.

@@ -312,6 +312,16 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	var requeue []*entry
 	for _, j := range unfinished {
+		if j.State == StateRunning && s.rerunsLost(j) {
+			// It may have run: its tool cannot do anything twice, and
+			// attempts are left. It runs again instead of ending lost.
+			j.State, j.StartedAt = StateQueued, nil
+			if err := s.st.Update(ctx, j); err != nil {
+				return fmt.Errorf("start: requeue job %s: %w", j.ID, err)
+			}
+			s.m.retries.WithLabelValues(j.Tool, "retried").Inc()
+			s.log.Warn("job interrupted by a restart runs again (retry-safe)", "job", j.ID, "tenant", j.Tenant, "tool", j.Tool, "attempts", j.Attempts)
+		}
 		switch j.State {
 		case StateRunning:
 			now := time.Now().UTC()
@@ -458,7 +468,7 @@ func (s *Service) entryAfter(j *Job, tool *tools.Tool, args map[string]any, seq 
 	if streamCap <= 0 {
 		streamCap = defaultStreamBytes
 	}
-	e := &entry{job: j, tool: tool, args: args, done: make(chan struct{}),
+	e := &entry{job: j, tool: tool, args: args, done: make(chan struct{}), retry: j.Retry,
 		events: newHub(j.ID, streamCap, s.sink, seq)}
 	e.events.onDurable = func() { s.retire(e) }
 	return e

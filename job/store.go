@@ -23,7 +23,8 @@ type Store interface {
 	// ErrNotFound.
 	GetByIdempotencyKey(ctx context.Context, tenant, key string) (*Job, error)
 	// Update replaces the mutable fields of the record with j's (all but
-	// ID, Tenant and CreatedAt); ErrNotFound when there is no such job.
+	// ID, Tenant, CreatedAt and Retry); ErrNotFound when there is no such
+	// job.
 	Update(ctx context.Context, j *Job) error
 	// List returns a tenant's (AllTenants: every tenant's) jobs newest
 	// first (CreatedAt, then ID), filtered by f.Tool, f.State, f.SessionID

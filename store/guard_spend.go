@@ -149,7 +149,7 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 		ins AS (INSERT INTO jobs (` + jobColumns + `)
 			SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text,
 				$9::text, $10::text, $11::text, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16::text,
-				(SELECT guard FROM settled), $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text
+				(SELECT guard FROM settled), $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text, $36::boolean
 			WHERE ` + cond + `
 			RETURNING guard)
 		` + tail
@@ -165,7 +165,7 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
 		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity,
 		a.tenant, a.session, a.key, a.window, a.start, a.units, a.limit,
-		rateTenant, rate, burst, counter)
+		rateTenant, rate, burst, counter, r.retry)
 	if refused(err) {
 		return nil, s.refusal(ctx, "create job "+j.ID, a, c.Rate)
 	}

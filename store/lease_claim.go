@@ -112,13 +112,13 @@ func (s *Postgres) Enqueue(ctx context.Context, j *job.Job, capacity int) error 
 	rows, err := s.pool.Query(ctx, `WITH ins AS (INSERT INTO jobs (`+jobColumns+`)
 		SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text,
 			$9::text, $10::text, $11::text, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16::text,
-			$17::text, $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text
+			$17::text, $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text, $25::boolean
 		WHERE (SELECT count(*) FROM jobs WHERE state = 'queued') < $24
 		RETURNING id)
 		SELECT pg_notify('`+jobsChannel+`', '') FROM ins`,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity)
+		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity, r.retry)
 	n := 0
 	if err == nil {
 		for rows.Next() {
@@ -241,7 +241,7 @@ func (s *Postgres) SessionOwner(ctx context.Context, id string) (Lease, error) {
 // take disjoint dead replicas (SKIP LOCKED). The records by's replica
 // holds under an earlier epoch (the process before a restart) are taken
 // over first, as a Takeover whose Dead is by's replica at epoch by-1.
-func (s *Postgres) TakeOver(ctx context.Context, by Lease) ([]Takeover, error) {
+func (s *Postgres) TakeOver(ctx context.Context, by Lease, rerun job.Rerun) ([]Takeover, error) {
 	var out []Takeover
 	own := true
 	for {
@@ -257,7 +257,7 @@ func (s *Postgres) TakeOver(ctx context.Context, by Lease) ([]Takeover, error) {
 			}
 			if own {
 				t.Dead = Lease{Replica: by.Replica, Epoch: by.Epoch - 1, Address: by.Address}
-				if err := takeOverRows(ctx, tx, &t, `owner = $1 AND owner_epoch < $2`, by.Replica, by.Epoch); err != nil {
+				if err := takeOverRows(ctx, tx, &t, rerun, `owner = $1 AND owner_epoch < $2`, by.Replica, by.Epoch); err != nil {
 					return err
 				}
 				return takeOverBatches(ctx, tx, &t, by, `owner = $1 AND owner_epoch < $2`, by.Replica, by.Epoch)
@@ -274,7 +274,7 @@ func (s *Postgres) TakeOver(ctx context.Context, by Lease) ([]Takeover, error) {
 				return err
 			}
 			t.Dead.Expires = time.Unix(0, exp).UTC()
-			if err := takeOverRows(ctx, tx, &t, `owner = $1`, t.Dead.Replica); err != nil {
+			if err := takeOverRows(ctx, tx, &t, rerun, `owner = $1`, t.Dead.Replica); err != nil {
 				return err
 			}
 			if err := takeOverBatches(ctx, tx, &t, by, `owner = $1`, t.Dead.Replica); err != nil {
@@ -300,9 +300,19 @@ func (s *Postgres) TakeOver(ctx context.Context, by Lease) ([]Takeover, error) {
 }
 
 // takeOverRows ends the jobs and sessions matching owned (a condition on
-// owner and owner_epoch over args) into t.
-func takeOverRows(ctx context.Context, tx pgx.Tx, t *Takeover, owned string, args ...any) error {
+// owner and owner_epoch over args) into t. The running jobs rerun selects
+// are queued again first (t.Requeued, with the claimed ones released).
+func takeOverRows(ctx context.Context, tx pgx.Tx, t *Takeover, rerun job.Rerun, owned string, args ...any) error {
 	n := len(args)
+	var again []*job.Job
+	if len(rerun.Tools) > 0 {
+		rows, err := tx.Query(ctx, fmt.Sprintf(`UPDATE jobs SET state = 'queued', started_at = NULL, owner = '', owner_epoch = 0
+			WHERE `+owned+` AND state = 'running' AND retry AND session_id = '' AND tool = ANY($%d) AND attempts <= $%d
+			RETURNING `+jobColumns, n+1, n+2), append(args, rerun.Tools, rerun.MaxStarted)...)
+		if again, err = collect(rows, err, scanJob); err != nil {
+			return err
+		}
+	}
 	rows, err := tx.Query(ctx, fmt.Sprintf(`UPDATE jobs SET state = 'failed', reason = $%d, finished_at = `+dbNow+`,
 			result = $%d, owner = '', owner_epoch = 0
 		WHERE `+owned+` AND (state IN ('running', 'pending_approval') OR (state = 'queued' AND session_id != '')) RETURNING `+jobColumns, n+1, n+2),
@@ -328,6 +338,7 @@ func takeOverRows(ctx context.Context, tx pgx.Tx, t *Takeover, owned string, arg
 	if t.Requeued, err = collect(rows, err, scanJob); err != nil {
 		return err
 	}
+	t.Requeued = append(t.Requeued, again...)
 	// A finished job's callback that was being retried in the dead
 	// replica's memory passes to the taker: unowned, so that only the
 	// taker's (unfenced-owner) writes of its attempts land.
@@ -365,11 +376,11 @@ func (s *Postgres) CreateOwned(ctx context.Context, l Lease, j *job.Job) error {
 	tag, err := s.pool.Exec(ctx, `INSERT INTO jobs (`+jobColumns+`, owner, owner_epoch)
 		SELECT $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text,
 			$11::text, $12::text, $13::text, $14::integer, $15::bigint, $16::bigint, $17::bigint, $18::text,
-			$19::text, $20::text, $21::text, $22::text, $23::text, $24::boolean, $25::text, $1::text, $2::bigint
+			$19::text, $20::text, $21::text, $22::text, $23::text, $24::boolean, $25::text, $26::boolean, $1::text, $2::bigint
 		WHERE `+validLease,
 		l.Replica, l.Epoch, r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks)
+		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, r.retry)
 	if pgUnique(err) {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}

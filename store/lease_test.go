@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -183,7 +184,7 @@ func TestTakeoverAndFencing(t *testing.T) {
 	}
 
 	// Nothing to take over while a is live.
-	if tos, err := b.TakeOver(ctx, lb); err != nil || len(tos) != 0 {
+	if tos, err := b.TakeOver(ctx, lb, job.Rerun{}); err != nil || len(tos) != 0 {
 		t.Fatalf("takeover of a live replica: %+v %v", tos, err)
 	}
 	time.Sleep(800 * time.Millisecond) // a "pauses": its lease expires
@@ -194,7 +195,7 @@ func TestTakeoverAndFencing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := b.TakeOver(ctx, lb)
+			got, err := b.TakeOver(ctx, lb, job.Rerun{})
 			if err != nil {
 				t.Error(err)
 			}
@@ -242,6 +243,76 @@ func TestTakeoverAndFencing(t *testing.T) {
 	again, err := claimJobs(ctx, b, lb, 10)
 	if err != nil || len(again) != 1 || again[0].ID != tos[0].Requeued[0].ID {
 		t.Fatalf("b claims the released job: %+v %v", again, err)
+	}
+}
+
+// TestTakeoverReruns: the running jobs of a dead replica that asked for
+// retries, of a retry-safe tool (Rerun.Tools) with attempts left, are
+// queued again for any replica instead of ending lost; the others end
+// lost as before.
+func TestTakeoverReruns(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Shared(t).NewDatabase(t)
+	ctx := t.Context()
+	a, b := openPG(t, url), openPG(t, url)
+	la, err := a.Join(ctx, "a", "", 400*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Join(ctx, "b", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type spec struct {
+		tool     string
+		retry    bool
+		attempts int
+	}
+	specs := map[string]spec{
+		"safe":    {"calc", true, 1},
+		"noretry": {"calc", false, 1},
+		"unsafe":  {"sh", true, 1},
+		"spent":   {"calc", true, 3},
+	}
+	for id, sp := range specs {
+		j := storetest.NewJob(id, "acme", base)
+		j.Tool, j.Retry = sp.tool, sp.retry
+		if err := a.Create(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed, err := claimJobs(ctx, a, la, 10)
+	if err != nil || len(claimed) != len(specs) {
+		t.Fatalf("claim: %d, %v", len(claimed), err)
+	}
+	for _, j := range claimed {
+		started := time.Now().UTC()
+		j.State, j.StartedAt, j.Attempts = job.StateRunning, &started, specs[j.ID].attempts
+		if err := a.UpdateFenced(ctx, la, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(600 * time.Millisecond) // a dies: its lease expires
+	tos, err := b.TakeOver(ctx, lb, job.Rerun{Tools: []string{"calc"}, MaxStarted: 2})
+	if err != nil || len(tos) != 1 {
+		t.Fatalf("takeover: %+v %v", tos, err)
+	}
+	to := tos[0]
+	if len(to.Requeued) != 1 || to.Requeued[0].ID != "safe" || to.Requeued[0].State != job.StateQueued ||
+		to.Requeued[0].StartedAt != nil || to.Requeued[0].Attempts != 1 || !to.Requeued[0].Retry {
+		t.Fatalf("requeued = %+v, want the retry-safe job queued again", to.Requeued)
+	}
+	var lost []string
+	for _, j := range to.Lost {
+		lost = append(lost, j.ID)
+	}
+	slices.Sort(lost)
+	if want := []string{"noretry", "spent", "unsafe"}; !slices.Equal(lost, want) {
+		t.Fatalf("lost = %v, want %v", lost, want)
+	}
+	again, err := claimJobs(ctx, b, lb, 10)
+	if err != nil || len(again) != 1 || again[0].ID != "safe" {
+		t.Fatalf("b claims the job to run again: %+v %v", again, err)
 	}
 }
 
@@ -447,7 +518,7 @@ func TestCreateOwnedJobOwner(t *testing.T) {
 	if _, err := b.Get(ctx, "late"); !errors.Is(err, job.ErrNotFound) {
 		t.Fatalf("a lost lease's create was recorded: %v", err)
 	}
-	tos, err := b.TakeOver(ctx, lb)
+	tos, err := b.TakeOver(ctx, lb, job.Rerun{})
 	if err != nil || len(tos) != 1 || len(tos[0].Lost) != 3 || len(tos[0].Requeued) != 0 {
 		t.Fatalf("takeover = %+v %v, want the session's and the pending job lost", tos, err)
 	}

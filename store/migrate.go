@@ -159,6 +159,9 @@ var migrations = []string{
 		job_id   TEXT NOT NULL,
 		PRIMARY KEY (batch_id, job_id)
 	);`,
+	// 10: the call may run again after an infrastructure failure, and
+	// after its process died while it ran (job.Job.Retry).
+	`ALTER TABLE jobs ADD COLUMN retry INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // migrate brings the schema to the latest version.

@@ -248,6 +248,9 @@ var pgMigrations = []string{
 	`ALTER TABLE batches ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
 	ALTER TABLE batches ADD COLUMN IF NOT EXISTS owner_epoch BIGINT NOT NULL DEFAULT 0;
 	CREATE INDEX IF NOT EXISTS batches_owner ON batches (owner) WHERE state != 'completed';`,
+	// 8: the call may run again after an infrastructure failure, and
+	// after its replica died while it ran (SQLite's migration 10).
+	`ALTER TABLE jobs ADD COLUMN IF NOT EXISTS retry BOOLEAN NOT NULL DEFAULT false;`,
 }
 
 // migrate brings the schema to the latest version, holding the
@@ -383,10 +386,10 @@ func (s *Postgres) Create(ctx context.Context, j *job.Job) error {
 		return fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO jobs (`+jobColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)`,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks)
+		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, r.retry)
 	if pgUnique(err) {
 		return fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}

@@ -131,7 +131,7 @@ func open(path string, walRestart int64) (*SQLite, error) {
 		stmt string
 	}{
 		{s.w, &s.insert, `INSERT INTO jobs (` + jobColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{s.w, &s.update, `UPDATE jobs SET
 		tool = ?, call_id = ?, args = ?, idempotency_key = ?, runner = ?, limits = ?,
 		state = ?, reason = ?, result = ?, attempts = ?, started_at = ?, finished_at = ?,
@@ -315,7 +315,7 @@ func (s *SQLite) Close() error {
 
 const jobColumns = `id, tenant, tool, call_id, args, idempotency_key, runner, limits,
 	state, reason, result, attempts, created_at, started_at, finished_at, session_id,
-	guard, egress, callback, tags, metadata, cached, hooks`
+	guard, egress, callback, tags, metadata, cached, hooks, retry`
 
 // Create implements job.Store.
 func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
@@ -327,7 +327,7 @@ func (s *SQLite) Create(ctx context.Context, j *job.Job) error {
 		_, err := tx.StmtContext(ctx, s.insert).ExecContext(ctx,
 			r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 			r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-			r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks)
+			r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, r.retry)
 		return err
 	})
 	if isConstraint(err) {
@@ -455,6 +455,7 @@ type row struct {
 	tags, metadata                 sql.NullString
 	cached                         bool
 	hooks                          sql.NullString
+	retry                          bool
 }
 
 func toRow(j *job.Job) (row, error) {
@@ -464,7 +465,7 @@ func toRow(j *job.Job) (row, error) {
 		idemKey: sql.NullString{String: j.IdempotencyKey, Valid: j.IdempotencyKey != ""},
 		runner:  j.Runner, state: string(j.State), reason: j.Reason,
 		attempts: j.Attempts, sessionID: j.SessionID,
-		createdAt: j.CreatedAt.UnixNano(), cached: j.Cached,
+		createdAt: j.CreatedAt.UnixNano(), cached: j.Cached, retry: j.Retry,
 	}
 	if len(j.Args) > 0 {
 		if !json.Valid(j.Args) {
@@ -530,7 +531,7 @@ func scanJob(sc scanner) (*job.Job, error) {
 	var r row
 	err := sc.Scan(&r.id, &r.tenant, &r.tool, &r.callID, &r.args, &r.idemKey, &r.runner, &r.limits,
 		&r.state, &r.reason, &r.result, &r.attempts, &r.createdAt, &r.startedAt, &r.finishedAt, &r.sessionID,
-		&r.guard, &r.egress, &r.callback, &r.tags, &r.metadata, &r.cached, &r.hooks)
+		&r.guard, &r.egress, &r.callback, &r.tags, &r.metadata, &r.cached, &r.hooks, &r.retry)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, job.ErrNotFound
 	}
@@ -541,7 +542,7 @@ func scanJob(sc scanner) (*job.Job, error) {
 		ID: r.id, Tenant: r.tenant, Tool: r.tool, CallID: r.callID,
 		IdempotencyKey: r.idemKey.String,
 		Runner:         r.runner, State: job.State(r.state), Reason: r.reason,
-		Attempts: r.attempts, SessionID: r.sessionID, Cached: r.cached,
+		Attempts: r.attempts, SessionID: r.sessionID, Cached: r.cached, Retry: r.retry,
 		CreatedAt: time.Unix(0, r.createdAt).UTC(),
 	}
 	if r.args != "null" && r.args != "" {

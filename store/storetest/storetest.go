@@ -112,6 +112,7 @@ func testJobRoundTrip(t *testing.T, b Backend) {
 	j := NewJob("j1", "acme", base)
 	j.IdempotencyKey, j.Runner, j.SessionID = "k1", "fake", "ses_1"
 	j.Tags, j.Metadata = []string{"eval", "run-7"}, map[string]string{"user": "u1", "a.b": "x y"}
+	j.Retry = true
 	must(t, s.Create(ctx, j))
 	got, err := s.Get(ctx, "j1")
 	must(t, err)
@@ -135,7 +136,9 @@ func testJobRoundTrip(t *testing.T, b Backend) {
 	j.Cached = true
 	j.Hooks = []job.HookRecord{{Phase: "before", URL: "https://example.com/before", Outcome: "rewrite", Status: 200,
 		DurationMS: 3, Time: base.Add(5 * time.Millisecond)}}
+	j.Retry = false // fixed at Create: Update keeps it
 	must(t, s.Update(ctx, j))
+	j.Retry = true
 	got, err = s.GetByIdempotencyKey(ctx, "acme", "k1")
 	must(t, err)
 	if !reflect.DeepEqual(got, j) {
