@@ -140,7 +140,11 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	}
 	if s.rep != nil && ls == nil {
 		// Queued in the store for whichever replica has a free worker.
-		if err := s.insertJob(ctx, j, s.planCharge(d, reserved), s.cfg.Queue.Size); err != nil {
+		mine, err := s.insertJob(ctx, j, s.planCharge(d, reserved), s.cfg.Queue.Size)
+		if mine {
+			s.startClaimed(j, tool, args, ckey)
+		}
+		if err != nil {
 			if r, ok := asRefused(err); ok {
 				return s.refusedBySpend(ctx, j, tool, d, r)
 			}
@@ -177,7 +181,7 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 	}
 	e.mu.Lock() // a Cancel of this ID waits until the record exists
 	s.register(e)
-	if err := s.insertJob(ctx, j, s.planCharge(d, reserved), 0); err != nil {
+	if _, err := s.insertJob(ctx, j, s.planCharge(d, reserved), 0); err != nil {
 		e.mu.Unlock()
 		s.unregister(j.ID)
 		<-s.slots

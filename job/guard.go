@@ -134,7 +134,7 @@ func (s *Service) submitPending(ctx context.Context, j *Job, tool *tools.Tool, a
 		s.refund(j)
 		return nil, false, fmt.Errorf("submit: %w", err)
 	}
-	if err := s.insertJob(ctx, j, s.planCharge(d, req.Decision != nil), 0); err != nil {
+	if _, err := s.insertJob(ctx, j, s.planCharge(d, req.Decision != nil), 0); err != nil {
 		if r, ok := asRefused(err); ok { // nothing was spent or written
 			e.mu.Unlock()
 			s.unregister(j.ID)

@@ -84,10 +84,13 @@ func (s *Service) planCharge(d policy.Decision, reserved bool) Charge {
 // AtomicSpender.CreateSpending (0: Store.Create; > 0: the shared queue).
 // The job's GuardRecord.Spend is the charge's once spent, and nil when
 // the insert failed (then nothing was spent: nothing to refund).
-func (s *Service) insertJob(ctx context.Context, j *Job, c Charge, capacity int) error {
+//
+// mine (shared queue, no charge: enqueueShared) is true when this
+// replica holds a worker for the job and must start it.
+func (s *Service) insertJob(ctx context.Context, j *Job, c Charge, capacity int) (mine bool, err error) {
 	if a := s.atomic; a != nil && !c.empty() && j.Guard != nil {
 		if capacity > 0 && s.rep != nil && s.rep.lost.Load() {
-			return fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
+			return false, fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
 		}
 		j.Guard.Spend = c.Spend // recorded with the row: a refund anywhere gives these back
 		used, err := a.CreateSpending(ctx, j, c, capacity)
@@ -103,18 +106,18 @@ func (s *Service) insertJob(ctx context.Context, j *Job, c Charge, capacity int)
 		if err != nil {
 			j.Guard.Spend = nil // one statement: nothing was spent
 			s.observeRefusal(c, err)
-			return err
+			return false, err
 		}
 		s.cfg.Guard.Observe(c.Spend, used)
 		if capacity > 0 && s.rep != nil {
 			s.rep.poke()
 		}
-		return nil
+		return false, nil
 	}
 	if capacity > 0 {
 		return s.enqueueShared(ctx, j)
 	}
-	return s.st.Create(ctx, j)
+	return false, s.st.Create(ctx, j)
 }
 
 // spendNow spends c without a job's insert (shared guard only); a refusal

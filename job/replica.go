@@ -65,6 +65,17 @@ type Rerun struct {
 	MaxStarted int
 }
 
+// SelfClaim asks Coordinator.Enqueue to record a job already claimed by
+// Lease, the submitting replica, which holds a free worker for it, when
+// the fair order would give it that job at once anyway: no job waits
+// unclaimed, and the job's tenant has fewer than Cap jobs claimed across
+// replicas (its ClaimOrder cap; <= 0: none). Then the job costs no claim
+// and wakes no other replica.
+type SelfClaim struct {
+	Lease Lease
+	Cap   int
+}
+
 // ClaimOrder is the fair order of claims across tenants, the store-side
 // form of the scheduler's (sched.go): a tenant's queued jobs are ranked
 // by age, and the next claimed is the one with the least
@@ -94,10 +105,12 @@ type Coordinator interface {
 	Renew(ctx context.Context, l *Lease, ttl time.Duration) error
 	// Replicas lists the live leases.
 	Replicas(ctx context.Context) ([]Lease, error)
-	// Enqueue records a new queued job no replica owns and announces it
-	// to every replica (NOTIFY), when fewer than capacity jobs are queued
-	// in the whole store; otherwise ErrQueueFull and nothing is written.
-	Enqueue(ctx context.Context, j *Job, capacity int) error
+	// Enqueue records a new queued job, when fewer than capacity jobs are
+	// queued in the whole store (otherwise ErrQueueFull and nothing is
+	// written). With self, the job is recorded claimed by self.Lease when
+	// SelfClaim's conditions hold (claimed is true); otherwise no replica
+	// owns it and it is announced to every replica (NOTIFY).
+	Enqueue(ctx context.Context, j *Job, capacity int, self *SelfClaim) (claimed bool, err error)
 	// Claim takes up to n queued jobs no replica owns for l, in o's
 	// order; concurrent claimers take disjoint jobs (SKIP LOCKED). A
 	// session's jobs are not claimed: they run where its sandbox is.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/tools"
 )
 
 // replica is the service's side of the replica coordination (replica.go):
@@ -333,17 +334,7 @@ func (s *Service) listenQueued() {
 func (s *Service) dispatch() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	// The running caps set in the configuration (tenants[].max_running,
-	// queue.tenant_max_running) hold across replicas in the claim; the
-	// default cap, a share of this replica's workers, stays this
-	// replica's (its scheduler applies every cap locally too).
-	order := ClaimOrder{Weights: map[string]int{}, Caps: map[string]int{}, DefaultCap: s.cfg.Queue.TenantMaxRunning}
-	for t, sh := range s.cfg.Shares {
-		order.Weights[t] = sh.Weight
-		if sh.MaxRunning > 0 {
-			order.Caps[t] = sh.MaxRunning
-		}
-	}
+	order := s.claimOrder()
 	backoff := 50 * time.Millisecond
 	for {
 		select {
@@ -396,16 +387,89 @@ func (s *Service) dispatch() {
 
 // enqueueShared is Submit's queueing on a replica: the job is recorded
 // queued in the store, where any replica's free worker claims it; the
-// queue's capacity counts every replica's queued jobs.
-func (s *Service) enqueueShared(ctx context.Context, j *Job) error {
+// queue's capacity counts every replica's queued jobs. When this replica
+// has a worker free, the job is recorded claimed by it if the fair order
+// allows (SelfClaim): no claim round trip, no other replica woken. mine
+// is true when this replica then holds that worker for the job and must
+// start it (startClaimed): it claimed it, or the insert's outcome is
+// unknown (the store failed mid-answer), where starting it is safe
+// because its running write, fenced, finds no job that was not recorded.
+func (s *Service) enqueueShared(ctx context.Context, j *Job) (mine bool, err error) {
 	if s.rep.lost.Load() {
-		return fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
+		return false, fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
 	}
-	if err := s.rep.c.Enqueue(ctx, j, s.cfg.Queue.Size); err != nil {
-		return err
+	var self *SelfClaim
+	if s.rep.reserve(s.cfg.Queue.Workers) {
+		self = &SelfClaim{Lease: s.rep.current(), Cap: s.claimOrder().capOf(j.Tenant)}
 	}
-	s.rep.poke()
-	return nil
+	claimed, err := s.rep.c.Enqueue(ctx, j, s.cfg.Queue.Size, self)
+	unknown := err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrQueueFull) && !errors.Is(err, ErrInvalid)
+	if self != nil && !claimed && !unknown {
+		s.rep.busy.Add(-1)
+	}
+	if err != nil {
+		return self != nil && unknown, err
+	}
+	if !claimed {
+		s.rep.poke()
+	}
+	return claimed, nil
+}
+
+// reserve takes one of workers for a job this replica may claim itself;
+// false when none is free. (The dispatcher, claiming for the workers it
+// saw free a moment before, may hand out one more: that job waits for a
+// worker in this replica's scheduler.)
+func (r *replica) reserve(workers int) bool {
+	for {
+		b := r.busy.Load()
+		if b >= int64(workers) {
+			return false
+		}
+		if r.busy.CompareAndSwap(b, b+1) {
+			return true
+		}
+	}
+}
+
+// startClaimed queues a job this replica claimed at its insert
+// (enqueueShared) for the worker reserved for it, as the dispatcher does
+// a claimed one.
+func (s *Service) startClaimed(j *Job, tool *tools.Tool, args map[string]any, cacheKey string) {
+	e := s.newEntry(cloneJob(j), tool, args)
+	e.claimed = true
+	if cacheKey != "" && tool != nil {
+		e.cacheKey, e.cacheTTL = cacheKey, tool.Cache.TTL
+	}
+	e.events.emit(Event{Type: EventQueued, Time: j.CreatedAt, Job: cloneJob(j)})
+	s.register(e)
+	s.slots <- struct{}{} // room: claims never exceed the workers
+	s.m.queueDepth.Inc()
+	s.sched.push(e)
+}
+
+// claimOrder is the fair order of this replica's claims. The running
+// caps set in the configuration (tenants[].max_running,
+// queue.tenant_max_running) hold across replicas in the claim; the
+// default cap, a share of this replica's workers, stays this replica's
+// (its scheduler applies every cap locally too).
+func (s *Service) claimOrder() ClaimOrder {
+	order := ClaimOrder{Weights: map[string]int{}, Caps: map[string]int{}, DefaultCap: s.cfg.Queue.TenantMaxRunning}
+	for t, sh := range s.cfg.Shares {
+		order.Weights[t] = sh.Weight
+		if sh.MaxRunning > 0 {
+			order.Caps[t] = sh.MaxRunning
+		}
+	}
+	return order
+}
+
+// capOf is tenant's running cap across replicas (<= 0: none).
+func (o ClaimOrder) capOf(tenant string) int {
+	if c := o.Caps[tenant]; c > 0 {
+		return c
+	}
+	return o.DefaultCap
 }
 
 // waitShared is Wait for a job this replica does not run (yet): it polls

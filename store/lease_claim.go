@@ -102,41 +102,63 @@ func (s *Postgres) checkLease(ctx context.Context, l Lease) error {
 }
 
 // Enqueue implements job.Coordinator: one statement inserts the job when
-// the store holds fewer than capacity queued jobs and notifies the
+// the store holds fewer than capacity queued jobs, claimed by self's
+// replica when the fair order lets it take the job at once (no job waits
+// unclaimed, the tenant's cap has room), and otherwise notifies the
 // replicas.
-func (s *Postgres) Enqueue(ctx context.Context, j *job.Job, capacity int) error {
+func (s *Postgres) Enqueue(ctx context.Context, j *job.Job, capacity int, self *job.SelfClaim) (bool, error) {
 	r, err := toRow(j)
 	if err != nil {
-		return fmt.Errorf("enqueue job %s: %w", j.ID, err)
+		return false, fmt.Errorf("enqueue job %s: %w", j.ID, err)
 	}
-	rows, err := s.pool.Query(ctx, `WITH ins AS (INSERT INTO jobs (`+jobColumns+`)
+	var l job.Lease
+	limit := int32(math.MaxInt32)
+	if self != nil {
+		l = self.Lease
+		if self.Cap > 0 {
+			limit = int32(self.Cap)
+		}
+	}
+	var claimed, notified bool
+	n := 0
+	rows, err := s.pool.Query(ctx, `WITH mine AS (SELECT $26::text != ''
+			AND EXISTS (SELECT 1 FROM replicas r WHERE r.id = $26 AND r.epoch = $27 AND r.lease_expires_at > `+dbNow+`)
+			AND NOT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND owner = '' AND session_id = '')
+			AND (SELECT count(*) FROM jobs WHERE tenant = $2 AND owner != '' AND state IN ('queued', 'running')) < $28 AS ok),
+		ins AS (INSERT INTO jobs (`+jobColumns+`, owner, owner_epoch)
 		SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text,
 			$9::text, $10::text, $11::text, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16::text,
-			$17::text, $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text, $25::boolean
-		WHERE (SELECT count(*) FROM jobs WHERE state = 'queued') < $24
-		RETURNING id)
-		SELECT pg_notify('`+jobsChannel+`', '') FROM ins`,
+			$17::text, $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text, $25::boolean,
+			CASE WHEN mine.ok THEN $26::text ELSE '' END, CASE WHEN mine.ok THEN $27::bigint ELSE 0 END
+		FROM mine WHERE (SELECT count(*) FROM jobs WHERE state = 'queued') < $24
+		RETURNING owner)
+		SELECT owner != '', (CASE WHEN owner = '' THEN pg_notify('`+jobsChannel+`', '') END) IS NOT NULL FROM ins`,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
-		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity, r.retry)
-	n := 0
+		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity, r.retry,
+		l.Replica, l.Epoch, limit)
 	if err == nil {
 		for rows.Next() {
+			if err = rows.Scan(&claimed, &notified); err != nil {
+				break
+			}
 			n++
 		}
 		rows.Close()
-		err = rows.Err()
+		if err == nil {
+			err = rows.Err()
+		}
 	}
 	if pgUnique(err) {
-		return fmt.Errorf("enqueue job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
+		return false, fmt.Errorf("enqueue job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return pgErr("enqueue job "+j.ID, err)
+		return false, pgErr("enqueue job "+j.ID, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("enqueue job %s: %w (%d queued across replicas)", j.ID, job.ErrQueueFull, capacity)
+		return false, fmt.Errorf("enqueue job %s: %w (%d queued across replicas)", j.ID, job.ErrQueueFull, capacity)
 	}
-	return nil
+	return claimed, nil
 }
 
 // takesOwner is the condition (over the row before an UpdateFenced, $9

@@ -373,12 +373,12 @@ func TestClaimFairOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 6 { // flood's backlog, older than everyone's
-		if err := s.Enqueue(ctx, storetest.NewJob(fmt.Sprintf("f%d", i), "flood", base.Add(time.Duration(i)*time.Millisecond)), 100); err != nil {
+		if _, err := s.Enqueue(ctx, storetest.NewJob(fmt.Sprintf("f%d", i), "flood", base.Add(time.Duration(i)*time.Millisecond)), 100, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 3 {
-		if err := s.Enqueue(ctx, storetest.NewJob(fmt.Sprintf("h%d", i), "heavy", base.Add(time.Second+time.Duration(i)*time.Millisecond)), 100); err != nil {
+		if _, err := s.Enqueue(ctx, storetest.NewJob(fmt.Sprintf("h%d", i), "heavy", base.Add(time.Second+time.Duration(i)*time.Millisecond)), 100, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -399,8 +399,79 @@ func TestClaimFairOrder(t *testing.T) {
 		t.Fatalf("claim order %v, want %v", got, want)
 	}
 	// 3 still queued (f3..f5): a capacity of 3 is full.
-	if err := s.Enqueue(ctx, storetest.NewJob("x", "other", base), 3); !errors.Is(err, job.ErrQueueFull) {
+	if _, err := s.Enqueue(ctx, storetest.NewJob("x", "other", base), 3, nil); !errors.Is(err, job.ErrQueueFull) {
 		t.Fatalf("Enqueue past the capacity: %v, want ErrQueueFull", err)
+	}
+}
+
+// TestEnqueueSelfClaim: a job enqueued by a replica with a worker free is
+// recorded claimed by it only when the fair order would give it that job
+// at once: no job waits unclaimed and the tenant's cap has room. Otherwise
+// it is queued for any replica, and announced.
+func TestEnqueueSelfClaim(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Shared(t).NewDatabase(t)
+	s, other := openPG(t, url), openPG(t, url)
+	ctx := t.Context()
+	l, err := s.Join(ctx, "r1", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, ready := make(chan struct{}, 1), make(chan struct{})
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go other.WaitQueued(lctx, wake, ready)
+	<-ready
+	announced := func() bool {
+		select {
+		case <-wake:
+			return true
+		case <-time.After(300 * time.Millisecond):
+			return false
+		}
+	}
+	enqueue := func(id, tenant string, self *job.SelfClaim) bool {
+		t.Helper()
+		claimed, err := s.Enqueue(ctx, storetest.NewJob(id, tenant, time.Now().UTC()), 100, self)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return claimed
+	}
+	owner := func(id string) string {
+		t.Helper()
+		o, err := s.JobOwner(ctx, id)
+		if errors.Is(err, job.ErrNotFound) {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.Replica
+	}
+	self := &job.SelfClaim{Lease: l, Cap: 2}
+	if !enqueue("a1", "acme", self) || owner("a1") != "r1" || announced() {
+		t.Fatal("a job nothing waits before: want it claimed by its replica, not announced")
+	}
+	if !enqueue("a2", "acme", self) || owner("a2") != "r1" {
+		t.Fatal("second job within the cap: want it claimed")
+	}
+	if enqueue("a3", "acme", self) || owner("a3") != "" || !announced() {
+		t.Fatal("past the tenant's cap: want it queued for any replica and announced")
+	}
+	if enqueue("b1", "beta", self) || owner("b1") != "" || !announced() {
+		t.Fatal("a3 waits unclaimed: a later job must not overtake it")
+	}
+	if enqueue("n1", "beta", nil) || owner("n1") != "" || !announced() {
+		t.Fatal("without self: want it queued for any replica")
+	}
+	// A lost lease claims nothing.
+	if _, err := s.Claim(ctx, l, 10, job.ClaimOrder{}); err != nil { // empty the queue
+		t.Fatal(err)
+	}
+	dead := &job.SelfClaim{Lease: job.Lease{Replica: "r1", Epoch: l.Epoch + 1}}
+	if enqueue("d1", "delta", dead) || owner("d1") != "" {
+		t.Fatal("a lease not live: want the job queued for any replica")
 	}
 }
 
