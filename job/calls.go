@@ -143,6 +143,11 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 		mine, err := s.insertJob(ctx, j, s.planCharge(d, reserved), s.cfg.Queue.Size)
 		if mine {
 			s.startClaimed(j, tool, args, ckey)
+			if err != nil && j.Guard != nil {
+				// The insert's outcome is unknown: the job started keeps
+				// its spend, nothing is refunded here.
+				j.Guard.Spend = nil
+			}
 		}
 		if err != nil {
 			if r, ok := asRefused(err); ok {

@@ -41,9 +41,10 @@ type AtomicSpender interface {
 	// written and the error is a *SpendRefused. capacity > 0 inserts like
 	// Coordinator.Enqueue (only while fewer than capacity jobs are queued
 	// in the store, ErrQueueFull otherwise, and the replicas are
-	// notified); capacity 0 like Store.Create.
+	// notified, or it is claimed by self as Enqueue does); capacity 0 like
+	// Store.Create.
 	// used[i] is c.Spend[i]'s counter's count after the spend.
-	CreateSpending(ctx context.Context, j *Job, c Charge, capacity int) (used []int64, err error)
+	CreateSpending(ctx context.Context, j *Job, c Charge, capacity int, self *SelfClaim) (used []int64, claimed bool, err error)
 	// Spend spends c without a job (the guard's decisions of a tool-call
 	// batch, reserved before its calls are submitted; a cache hit's rate
 	// limit token): a *SpendRefused when over, nothing spent then.
@@ -93,7 +94,14 @@ func (s *Service) insertJob(ctx context.Context, j *Job, c Charge, capacity int)
 			return false, fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
 		}
 		j.Guard.Spend = c.Spend // recorded with the row: a refund anywhere gives these back
-		used, err := a.CreateSpending(ctx, j, c, capacity)
+		var self *SelfClaim
+		if capacity > 0 && s.rep != nil {
+			self = s.selfClaim(j)
+		}
+		used, claimed, err := a.CreateSpending(ctx, j, c, capacity, self)
+		if mine := s.settleSelfClaim(self, claimed, err); mine && err != nil {
+			return true, err // perhaps spent and recorded: the caller starts it
+		}
 		if errors.Is(err, ErrQueueFull) {
 			// A call the guard would refuse is refused by it, not by the
 			// full queue, as with the in-memory guard, which decides first.
@@ -109,10 +117,10 @@ func (s *Service) insertJob(ctx context.Context, j *Job, c Charge, capacity int)
 			return false, err
 		}
 		s.cfg.Guard.Observe(c.Spend, used)
-		if capacity > 0 && s.rep != nil {
+		if capacity > 0 && s.rep != nil && !claimed {
 			s.rep.poke()
 		}
-		return false, nil
+		return claimed, nil
 	}
 	if capacity > 0 {
 		return s.enqueueShared(ctx, j)

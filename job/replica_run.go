@@ -109,16 +109,16 @@ type ownedSpender struct {
 	r *replica
 }
 
-func (o ownedSpender) CreateSpending(ctx context.Context, j *Job, c Charge, capacity int) ([]int64, error) {
-	used, err := o.AtomicSpender.CreateSpending(ctx, j, c, capacity)
+func (o ownedSpender) CreateSpending(ctx context.Context, j *Job, c Charge, capacity int, self *SelfClaim) ([]int64, bool, error) {
+	used, claimed, err := o.AtomicSpender.CreateSpending(ctx, j, c, capacity, self)
 	if err == nil && j.State == StatePendingApproval {
 		if oerr := o.r.c.SetJobOwner(ctx, o.r.current(), j.ID); oerr != nil {
 			// Recorded and spent: it waits here all the same, only a
 			// decision on another replica does not find it.
-			return used, nil
+			return used, claimed, nil
 		}
 	}
-	return used, err
+	return used, claimed, err
 }
 
 // CreateBatch records a batch as this replica's: it runs here, and a
@@ -398,22 +398,39 @@ func (s *Service) enqueueShared(ctx context.Context, j *Job) (mine bool, err err
 	if s.rep.lost.Load() {
 		return false, fmt.Errorf("submit: %w: this replica lost its lease", ErrShutdown)
 	}
-	var self *SelfClaim
-	if s.rep.reserve(s.cfg.Queue.Workers) {
-		self = &SelfClaim{Lease: s.rep.current(), Cap: s.claimOrder().capOf(j.Tenant)}
-	}
+	self := s.selfClaim(j)
 	claimed, err := s.rep.c.Enqueue(ctx, j, s.cfg.Queue.Size, self)
-	unknown := err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrQueueFull) && !errors.Is(err, ErrInvalid)
-	if self != nil && !claimed && !unknown {
-		s.rep.busy.Add(-1)
-	}
-	if err != nil {
-		return self != nil && unknown, err
-	}
-	if !claimed {
+	mine = s.settleSelfClaim(self, claimed, err)
+	if err == nil && !claimed {
 		s.rep.poke()
 	}
-	return claimed, nil
+	return mine, err
+}
+
+// selfClaim reserves a free worker for j and asks for the job claimed at
+// its insert (nil when no worker is free).
+func (s *Service) selfClaim(j *Job) *SelfClaim {
+	if !s.rep.reserve(s.cfg.Queue.Workers) {
+		return nil
+	}
+	return &SelfClaim{Lease: s.rep.current(), Cap: s.claimOrder().capOf(j.Tenant)}
+}
+
+// settleSelfClaim keeps the worker selfClaim reserved when the insert
+// claimed the job or its outcome is unknown (mine: the caller starts the
+// job), and frees it otherwise.
+func (s *Service) settleSelfClaim(self *SelfClaim, claimed bool, err error) (mine bool) {
+	if self == nil {
+		return false
+	}
+	var refused *SpendRefused
+	unknown := err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrQueueFull) &&
+		!errors.Is(err, ErrInvalid) && !errors.As(err, &refused)
+	if claimed || unknown {
+		return true
+	}
+	s.rep.busy.Add(-1)
+	return false
 }
 
 // reserve takes one of workers for a job this replica may claim itself;

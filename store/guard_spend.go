@@ -112,17 +112,22 @@ const spentOf = `u LEFT JOIN spent s ON (s.tenant, s.session_id, s.key, s.window
 // CreateSpending implements job.AtomicSpender. The job's guard record is
 // stored with its Remaining settled from the counters as spent (the
 // charge's Counter), and j.Guard set to what was stored.
-func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge, capacity int) ([]int64, error) {
+func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge, capacity int, self *job.SelfClaim) ([]int64, bool, error) {
 	r, err := toRow(j)
 	if err != nil {
-		return nil, fmt.Errorf("create job %s: %w", j.ID, err)
+		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
+	if capacity == 0 {
+		self = nil // Store.Create's: no replica claims it
+	}
+	mine, owner, notify := selfClaimSQL(37, 2)
+	replica, epoch, limit := selfClaimArgs(self)
 	cond := `$24::integer = 0`
 	tail := `SELECT guard, (SELECT COALESCE(array_agg(COALESCE(s.used, -1) ORDER BY u.o), '{}') FROM ` + spentOf + `) FROM ins`
 	if capacity > 0 {
 		cond = `(SELECT count(*) FROM jobs WHERE state = 'queued') < $24`
 		tail = `SELECT guard, (SELECT COALESCE(array_agg(COALESCE(s.used, -1) ORDER BY u.o), '{}') FROM ` + spentOf + `),
-			pg_notify('` + jobsChannel + `', '') FROM ins`
+			` + notify + ` FROM ins`
 	}
 	a := toSpendArrays(c.Spend)
 	var rateTenant *string
@@ -137,7 +142,7 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 	// settled is the guard record with each Remaining entry's remaining
 	// its limit minus its counter's count after the spend ($35: the
 	// entry's spend, 0-based).
-	q := `WITH ` + spendUnnest(25) + `, ` + spendCTEs(cond, 32) + `,
+	q := `WITH ` + spendUnnest(25) + `, ` + spendCTEs(cond, 32) + `, ` + mine + `,
 		settled AS (SELECT CASE WHEN $17::text IS NULL OR cardinality($35::int[]) = 0 THEN $17::text
 			ELSE jsonb_set($17::jsonb, '{remaining}', COALESCE((SELECT jsonb_agg(
 					CASE WHEN x.used IS NULL THEN e.v
@@ -146,18 +151,19 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 				FROM jsonb_array_elements($17::jsonb->'remaining') WITH ORDINALITY AS e(v, o)
 				LEFT JOIN unnest($35::int[]) WITH ORDINALITY AS r(idx, o) ON r.o = e.o
 				LEFT JOIN (SELECT u.o, s.used FROM ` + spentOf + `) x ON x.o = r.idx + 1), '[]'::jsonb))::text END AS guard),
-		ins AS (INSERT INTO jobs (` + jobColumns + `)
+		ins AS (INSERT INTO jobs (` + jobColumns + `, owner, owner_epoch)
 			SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text,
 				$9::text, $10::text, $11::text, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16::text,
-				(SELECT guard FROM settled), $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text, $36::boolean
-			WHERE ` + cond + `
-			RETURNING guard)
+				(SELECT guard FROM settled), $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text, $36::boolean, ` + owner + `
+			FROM mine WHERE ` + cond + `
+			RETURNING guard, owner)
 		` + tail
 	var guard *string
 	var used []int64
+	var claimed bool
 	n, err := s.spendQuery(ctx, q, func(rows pgx.Rows) error {
 		if capacity > 0 {
-			return rows.Scan(&guard, &used, nil)
+			return rows.Scan(&guard, &used, &claimed, nil)
 		}
 		return rows.Scan(&guard, &used)
 	},
@@ -165,27 +171,27 @@ func (s *Postgres) CreateSpending(ctx context.Context, j *job.Job, c job.Charge,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
 		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity,
 		a.tenant, a.session, a.key, a.window, a.start, a.units, a.limit,
-		rateTenant, rate, burst, counter, r.retry)
+		rateTenant, rate, burst, counter, r.retry, replica, epoch, limit)
 	if refused(err) {
-		return nil, s.refusal(ctx, "create job "+j.ID, a, c.Rate)
+		return nil, false, s.refusal(ctx, "create job "+j.ID, a, c.Rate)
 	}
 	if pgUnique(err) {
-		return nil, fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
+		return nil, false, fmt.Errorf("create job %s: %w: id or idempotency key already used", j.ID, job.ErrConflict)
 	}
 	if err != nil {
-		return nil, pgErr("create job "+j.ID, err)
+		return nil, false, pgErr("create job "+j.ID, err)
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("enqueue job %s: %w (%d queued across replicas)", j.ID, job.ErrQueueFull, capacity)
+		return nil, false, fmt.Errorf("enqueue job %s: %w (%d queued across replicas)", j.ID, job.ErrQueueFull, capacity)
 	}
 	if guard != nil && j.Guard != nil {
 		var g job.GuardRecord
 		if err := json.Unmarshal([]byte(*guard), &g); err != nil {
-			return nil, fmt.Errorf("create job %s: the stored guard record: %w", j.ID, err)
+			return nil, claimed, fmt.Errorf("create job %s: the stored guard record: %w", j.ID, err)
 		}
 		j.Guard = &g
 	}
-	return used, nil
+	return used, claimed, nil
 }
 
 // spendQuery runs a spending statement, scanning each row with scan, and

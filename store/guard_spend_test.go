@@ -27,7 +27,7 @@ func TestCreateSpendingRacers(t *testing.T) {
 		wg.Go(func() {
 			j := &job.Job{ID: fmt.Sprintf("job_%03d", i), Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued,
 				CreatedAt: time.Now().UTC(), Guard: &job.GuardRecord{Outcome: policy.OutcomeAllow, Spend: []policy.Spend{sp}}}
-			_, err := stores[i%3].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0)
+			_, _, err := stores[i%3].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0, nil)
 			var r *job.SpendRefused
 			switch {
 			case err == nil:
@@ -57,7 +57,7 @@ func TestCreateSpendingRacers(t *testing.T) {
 	}
 	j := &job.Job{ID: "job_after_refund", Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued, CreatedAt: time.Now().UTC(),
 		Guard: &job.GuardRecord{Outcome: policy.OutcomeAllow, Spend: []policy.Spend{sp}}}
-	if _, err := stores[2].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0); err != nil {
+	if _, _, err := stores[2].CreateSpending(t.Context(), j, job.Charge{Spend: j.Guard.Spend}, 0, nil); err != nil {
 		t.Fatalf("after a refund: %v", err)
 	}
 	// Full again: CheckSpend and Spend refuse, and Spend writes nothing.
@@ -86,7 +86,7 @@ func TestCreateSpendingRacers(t *testing.T) {
 	// A rate limit of burst 2: the third call in a row is refused.
 	for i := range 3 {
 		j := &job.Job{ID: fmt.Sprintf("job_rate_%d", i), Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued, CreatedAt: time.Now().UTC()}
-		_, err := stores[i%3].CreateSpending(t.Context(), j, job.Charge{Rate: &policy.RateCharge{Tenant: "acme", Rate: 0.001, Burst: 2}}, 0)
+		_, _, err := stores[i%3].CreateSpending(t.Context(), j, job.Charge{Rate: &policy.RateCharge{Tenant: "acme", Rate: 0.001, Burst: 2}}, 0, nil)
 		var r *job.SpendRefused
 		if (i < 2) != (err == nil) || (i == 2 && (!errors.As(err, &r) || r.Spent.Tokens >= 1)) {
 			t.Fatalf("rate call %d: %v", i, err)
@@ -122,5 +122,40 @@ func TestGuardCountersPruned(t *testing.T) {
 	var start int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*), max(window_start) FROM guard_counters`).Scan(&n, &start); err != nil || n != 1 || start != now.UnixNano() {
 		t.Fatalf("%d counters left (%v), want the current window's only", n, err)
+	}
+}
+
+// A job inserted with its spend into the shared queue is claimed at its
+// insert like Enqueue's (job.SelfClaim): by the submitting replica while
+// nothing waits; a refused spend writes and claims nothing.
+func TestCreateSpendingSelfClaim(t *testing.T) {
+	url := pgtest.Shared(t).NewDatabase(t)
+	s := openPG(t, url)
+	ctx := t.Context()
+	l, err := s.Join(ctx, "r1", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Unix(0, 0).UTC()
+	sp := policy.Spend{Tenant: "acme", Key: "effect:exec", Window: time.Hour, WindowStart: start.Add(time.Duration(time.Now().UnixNano() / int64(time.Hour) * int64(time.Hour))), Units: 1, Limit: 1}
+	create := func(id string, self *job.SelfClaim) (bool, error) {
+		j := &job.Job{ID: id, Tenant: "acme", Tool: "echo", Args: []byte(`{}`), State: job.StateQueued,
+			CreatedAt: time.Now().UTC(), Guard: &job.GuardRecord{Outcome: policy.OutcomeAllow, Spend: []policy.Spend{sp}}}
+		_, claimed, err := s.CreateSpending(ctx, j, job.Charge{Spend: j.Guard.Spend}, 100, self)
+		return claimed, err
+	}
+	self := &job.SelfClaim{Lease: l}
+	if claimed, err := create("job_a", self); err != nil || !claimed {
+		t.Fatalf("first: claimed %v, %v; want claimed by r1", claimed, err)
+	}
+	if o, err := s.JobOwner(ctx, "job_a"); err != nil || o.Replica != "r1" {
+		t.Fatalf("owner of job_a: %+v %v", o, err)
+	}
+	var r *job.SpendRefused
+	if claimed, err := create("job_b", self); !errors.As(err, &r) || claimed {
+		t.Fatalf("over the budget: claimed %v, %v; want a refusal", claimed, err)
+	}
+	if _, err := s.Get(ctx, "job_b"); !errors.Is(err, job.ErrNotFound) {
+		t.Fatalf("refused job stored: %v", err)
 	}
 }

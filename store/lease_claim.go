@@ -111,32 +111,22 @@ func (s *Postgres) Enqueue(ctx context.Context, j *job.Job, capacity int, self *
 	if err != nil {
 		return false, fmt.Errorf("enqueue job %s: %w", j.ID, err)
 	}
-	var l job.Lease
-	limit := int32(math.MaxInt32)
-	if self != nil {
-		l = self.Lease
-		if self.Cap > 0 {
-			limit = int32(self.Cap)
-		}
-	}
+	mine, owner, notify := selfClaimSQL(26, 2)
+	replica, epoch, limit := selfClaimArgs(self)
 	var claimed, notified bool
 	n := 0
-	rows, err := s.pool.Query(ctx, `WITH mine AS (SELECT $26::text != ''
-			AND EXISTS (SELECT 1 FROM replicas r WHERE r.id = $26 AND r.epoch = $27 AND r.lease_expires_at > `+dbNow+`)
-			AND NOT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND owner = '' AND session_id = '')
-			AND (SELECT count(*) FROM jobs WHERE tenant = $2 AND owner != '' AND state IN ('queued', 'running')) < $28 AS ok),
+	rows, err := s.pool.Query(ctx, `WITH `+mine+`,
 		ins AS (INSERT INTO jobs (`+jobColumns+`, owner, owner_epoch)
 		SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text,
 			$9::text, $10::text, $11::text, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16::text,
-			$17::text, $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text, $25::boolean,
-			CASE WHEN mine.ok THEN $26::text ELSE '' END, CASE WHEN mine.ok THEN $27::bigint ELSE 0 END
+			$17::text, $18::text, $19::text, $20::text, $21::text, $22::boolean, $23::text, $25::boolean, `+owner+`
 		FROM mine WHERE (SELECT count(*) FROM jobs WHERE state = 'queued') < $24
 		RETURNING owner)
-		SELECT owner != '', (CASE WHEN owner = '' THEN pg_notify('`+jobsChannel+`', '') END) IS NOT NULL FROM ins`,
+		SELECT `+notify+` FROM ins`,
 		r.id, r.tenant, r.tool, r.callID, r.args, r.idemKey, r.runner, r.limits,
 		r.state, r.reason, r.result, r.attempts, r.createdAt, r.startedAt, r.finishedAt, r.sessionID,
 		r.guard, r.egress, r.callback, r.tags, r.metadata, r.cached, r.hooks, capacity, r.retry,
-		l.Replica, l.Epoch, limit)
+		replica, epoch, limit)
 	if err == nil {
 		for rows.Next() {
 			if err = rows.Scan(&claimed, &notified); err != nil {
@@ -159,6 +149,37 @@ func (s *Postgres) Enqueue(ctx context.Context, j *job.Job, capacity int, self *
 		return false, fmt.Errorf("enqueue job %s: %w (%d queued across replicas)", j.ID, job.ErrQueueFull, capacity)
 	}
 	return claimed, nil
+}
+
+// selfClaimSQL is the claim at insert of job.SelfClaim, for Enqueue and
+// CreateSpending: the CTE mine, whose ok says the job is recorded claimed
+// by replica $lease at epoch $lease+1 (a live lease, no job waiting
+// unclaimed, the tenant $tenant under its cap $lease+2); owner, the values
+// of the owner and owner_epoch columns inserted FROM mine; and notify,
+// the columns claimed and announced (NOTIFY when no replica owns the
+// job) over the insert's RETURNING owner.
+func selfClaimSQL(lease, tenant int) (mine, owner, notify string) {
+	mine = fmt.Sprintf(`mine AS (SELECT $%[1]d::text != ''
+			AND EXISTS (SELECT 1 FROM replicas r WHERE r.id = $%[1]d AND r.epoch = $%[2]d AND r.lease_expires_at > `+dbNow+`)
+			AND NOT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND owner = '' AND session_id = '')
+			AND (SELECT count(*) FROM jobs WHERE tenant = $%[4]d AND owner != '' AND state IN ('queued', 'running')) < $%[3]d AS ok)`,
+		lease, lease+1, lease+2, tenant)
+	owner = fmt.Sprintf(`CASE WHEN mine.ok THEN $%[1]d::text ELSE '' END, CASE WHEN mine.ok THEN $%[2]d::bigint ELSE 0 END`, lease, lease+1)
+	notify = `owner != '', (CASE WHEN owner = '' THEN pg_notify('` + jobsChannel + `', '') END) IS NOT NULL`
+	return mine, owner, notify
+}
+
+// selfClaimArgs are selfClaimSQL's three arguments for self (nil: no
+// claim at insert).
+func selfClaimArgs(self *job.SelfClaim) (replica string, epoch int64, limit int32) {
+	limit = math.MaxInt32
+	if self == nil {
+		return "", 0, limit
+	}
+	if self.Cap > 0 {
+		limit = int32(min(self.Cap, math.MaxInt32))
+	}
+	return self.Lease.Replica, self.Lease.Epoch, limit
 }
 
 // takesOwner is the condition (over the row before an UpdateFenced, $9
