@@ -200,6 +200,66 @@ func TestReap(t *testing.T) {
 	_ = sb.Close(t.Context())
 }
 
+// TestReapEmptyCgroups: the empty cgroup of a sandbox whose record is
+// gone (its runner killed, its data dir removed) is removed; one holding a
+// process, one with a child group, a fresh one and this runner's open
+// sandbox's are not.
+func TestReapEmptyCgroups(t *testing.T) {
+	r := newTestRunner(t)
+	if r.cg == nil {
+		t.Skip("no cgroups")
+	}
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	mk := func(rel string) *cgroup {
+		t.Helper()
+		g := r.cg.group(filepath.Join(r.cfg.CgroupParent, rel))
+		for _, d := range g.dirs() {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { _ = g.destroy(time.Second) })
+		return g
+	}
+	orphan, tenantOrphan := mk("job_orphan"), mk(filepath.Join("tenant-reaptest", "job_orphan2"))
+	busy := mk("job_busy")
+	sleeper := exec.Command("sleep", "1000")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Process.Kill()
+	if err := busy.add(sleeper.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	parent := mk("job_parent")
+	mk(filepath.Join("job_parent", "child"))
+
+	// Nothing is old enough yet.
+	if n := r.reapEmptyCgroups(time.Now().Add(-time.Minute)); n != 0 {
+		t.Fatalf("fresh groups reaped: %d", n)
+	}
+	if n := r.reapEmptyCgroups(time.Now().Add(time.Second)); n != 2 {
+		t.Errorf("reaped %d groups, want the 2 empty orphans", n)
+	}
+	for _, g := range []*cgroup{orphan, tenantOrphan} {
+		if left := g.exists(); len(left) > 0 {
+			t.Errorf("empty orphan left: %v", left)
+		}
+	}
+	for _, g := range []*cgroup{busy, parent, sb.(*Sandbox).cg} {
+		if len(g.exists()) == 0 {
+			t.Errorf("%s removed", g.rel)
+		}
+	}
+	if _, err := sb.Exec(t.Context(), runner.Process{Args: []string{"true"}}); err != nil {
+		t.Fatalf("the open sandbox after the reap: %v", err)
+	}
+}
+
 func TestRootfs(t *testing.T) {
 	r := newTestRunner(t)
 	// A minimal image: /bin/sh and the libraries it links, plus a marker.

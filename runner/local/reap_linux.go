@@ -68,14 +68,104 @@ func procStart(pid int) string {
 // cgroups and state dirs and gives rw workspaces their owner back. It
 // returns how many it destroyed. Sandboxes of another live process sharing
 // the StateDir are left alone.
+//
+// It also removes the empty sandbox cgroups under CgroupParent that no
+// record names any more: those of a runner whose state dir went with its
+// data dir (a test instance killed, then its temp dir removed), which no
+// other process would ever reap (reapEmptyCgroups).
 func (r *Runner) Reap(ctx context.Context) (int, error) {
-	return r.reapDirs(ctx, func(own owner, recorded bool) bool {
+	n, err := r.reapDirs(ctx, func(own owner, recorded bool) bool {
 		if !recorded {
 			return true // a crash between mkdir and the record: nothing else exists
 		}
 		// Not while another live runner process owns it.
 		return own.PID == 0 || own.PID == os.Getpid() || own.Start == "" || procStart(own.PID) != own.Start
 	})
+	r.reapEmptyCgroups(time.Now().Add(-emptyCgroupAge))
+	return n, err
+}
+
+// emptyCgroupAge is how long a sandbox cgroup must have been there, empty,
+// before reapEmptyCgroups removes it: a sandbox being created (by this or
+// another runner process on the host) moves its init into its new cgroup
+// within milliseconds.
+const emptyCgroupAge = time.Minute
+
+// reapEmptyCgroups removes the sandbox cgroups under CgroupParent (and
+// under its tenants' groups) that hold no process, have no child, were
+// created before `before` and belong to no sandbox open in this process.
+// A group with no process is no live sandbox's: a sandbox's init lives in
+// it from its start to its Close. The kernel refuses to remove a group
+// that has gained a process meanwhile, so a race only leaves it there.
+func (r *Runner) reapEmptyCgroups(before time.Time) int {
+	if r.cg == nil {
+		return 0
+	}
+	removed := map[string]bool{}
+	var walk func(dir, rel string, depth int)
+	walk = func(dir, rel string, depth int) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			name := e.Name()
+			if depth == 0 && strings.HasPrefix(name, "tenant-") {
+				walk(filepath.Join(dir, name), filepath.Join(rel, name), 1)
+				continue
+			}
+			if !hostside.ValidID(name) {
+				continue
+			}
+			r.mu.Lock()
+			_, live := r.live[name]
+			r.mu.Unlock()
+			if live {
+				continue
+			}
+			g := r.cg.group(filepath.Join(rel, name))
+			if len(g.procs()) > 0 || !emptyAndOld(g.exists(), before) {
+				continue
+			}
+			gone := true
+			for _, d := range g.exists() {
+				if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+					gone = false
+				}
+			}
+			if gone {
+				removed[g.rel] = true
+			}
+		}
+	}
+	for _, d := range r.cg.group(r.cfg.CgroupParent).dirs() {
+		walk(d, r.cfg.CgroupParent, 0)
+	}
+	return len(removed)
+}
+
+// emptyAndOld reports whether each cgroup directory has no child group and
+// was changed last before `before`.
+func emptyAndOld(dirs []string, before time.Time) bool {
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil || !fi.ModTime().Before(before) {
+			return false
+		}
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			return false
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ReapReplica implements runner.ReplicaReaper: the sandboxes in StateDir
