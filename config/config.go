@@ -122,12 +122,13 @@ type ContainerdRunner struct {
 // KubernetesRunner configures the Kubernetes runner (runner.name:
 // kubernetes): every sandbox a Pod (runner/kubernetes).
 type KubernetesRunner struct {
-	Kubeconfig      string `yaml:"kubeconfig" env:"SANDBOXD_KUBECONFIG" check:"abspath" default:"empty: in-cluster credentials (sandboxd's service account)" doc:"the kubeconfig file of the cluster"`
-	Namespace       string `yaml:"namespace" env:"SANDBOXD_KUBERNETES_NAMESPACE" default:"sandboxd" doc:"the namespace of the sandbox pods, their secrets and the NetworkPolicy"`
-	Image           string `yaml:"image" env:"SANDBOXD_KUBERNETES_IMAGE" default:"sandboxd/python:latest" doc:"the sandbox image (with the agent at /run/sandboxd-agent/sandbox-agent), present on the nodes (never pulled)"`
-	RuntimeClass    string `yaml:"runtime_class" env:"SANDBOXD_KUBERNETES_RUNTIME_CLASS" default:"empty: the node's default (runc)" doc:"the pods' RuntimeClass (gvisor: runsc)"`
-	SeccompFallback bool   `yaml:"seccomp_fallback" env:"SANDBOXD_KUBERNETES_SECCOMP_FALLBACK" doc:"run pods with the runtime's default seccomp profile instead of the policy's Localhost ones (weaker; a warning at start), for nodes without the installed profiles"`
-	SandboxdCIDR    string `yaml:"sandboxd_cidr" env:"SANDBOXD_KUBERNETES_SANDBOXD_CIDR" default:"empty: sandboxd's own pods (app.kubernetes.io/name=sandboxd)" doc:"where sandboxd dials the agents from when it runs outside the cluster (the NetworkPolicy admits only it to the agent port)"`
+	Kubeconfig        string `yaml:"kubeconfig" env:"SANDBOXD_KUBECONFIG" check:"abspath" default:"empty: in-cluster credentials (sandboxd's service account)" doc:"the kubeconfig file of the cluster"`
+	Namespace         string `yaml:"namespace" env:"SANDBOXD_KUBERNETES_NAMESPACE" default:"sandboxd" doc:"the namespace of the sandbox pods, their secrets and the NetworkPolicy"`
+	Image             string `yaml:"image" env:"SANDBOXD_KUBERNETES_IMAGE" default:"sandboxd/python:latest" doc:"the sandbox image (with the agent at /run/sandboxd-agent/sandbox-agent), present on the nodes (never pulled)"`
+	RuntimeClass      string `yaml:"runtime_class" env:"SANDBOXD_KUBERNETES_RUNTIME_CLASS" default:"empty: the node's default (runc)" doc:"the pods' RuntimeClass (gvisor: runsc)"`
+	SeccompFallback   bool   `yaml:"seccomp_fallback" env:"SANDBOXD_KUBERNETES_SECCOMP_FALLBACK" doc:"run pods with the runtime's default seccomp profile instead of the policy's Localhost ones (weaker; a warning at start), for nodes without the installed profiles"`
+	SandboxdCIDR      string `yaml:"sandboxd_cidr" env:"SANDBOXD_KUBERNETES_SANDBOXD_CIDR" default:"empty: sandboxd's own pods (app.kubernetes.io/name=sandboxd)" doc:"where sandboxd dials the agents from when it runs outside the cluster (the NetworkPolicy admits only it to the agent port)"`
+	CPURequestPercent int    `yaml:"cpu_request_percent" env:"SANDBOXD_KUBERNETES_CPU_REQUEST_PERCENT" check:"percent" default:"0: 100, the whole limit (Guaranteed QoS)" doc:"the share of a sandbox's CPU limit its pod requests from the scheduler (1-100): lower packs more sandboxes on a node (Burstable QoS), each still capped at its limit; memory is always requested whole"`
 }
 
 // Queue sizes admission.

@@ -181,3 +181,21 @@ func FuzzDecode(f *testing.F) {
 		_ = c.Limits.Effective()
 	})
 }
+
+// A percentage key (check:"percent") takes 0 (its default) to 100.
+func TestPercentKey(t *testing.T) {
+	for v, ok := range map[string]bool{"0": true, "25": true, "100": true, "101": false, "-1": false} {
+		c := Defaults()
+		c.DataDir = "/var/lib/sandboxd"
+		if err := Decode([]byte("runner:\n  kubernetes:\n    cpu_request_percent: "+v+"\n"), &c); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Validate()
+		if ok && err != nil {
+			t.Errorf("%s refused: %v", v, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "runner.kubernetes.cpu_request_percent "+v+": want a percentage from 1 to 100")) {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+}

@@ -48,6 +48,10 @@ func checkKey(k Key, v reflect.Value, bad func(string, ...any)) {
 			if v.Int() < 0 {
 				bad("%s %s: must not be negative", k.Path, shown)
 			}
+		case "percent": // 0: the key's default
+			if v.Int() < 0 || v.Int() > 100 {
+				bad("%s %s: want a percentage from 1 to 100 (0: the default)", k.Path, shown)
+			}
 		case "required":
 			if v.String() == "" {
 				bad("%s: must be set", k.Path)

@@ -62,7 +62,7 @@ func newRunner(ctx context.Context, cfg *config.Config, defaults runner.Limits, 
 		k := cfg.Runner.Kubernetes
 		kr, err := kubernetes.New(ctx, kubernetes.Config{
 			Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, Image: k.Image, RuntimeClass: k.RuntimeClass,
-			SeccompFallback: k.SeccompFallback, SandboxdCIDR: k.SandboxdCIDR,
+			SeccompFallback: k.SeccompFallback, SandboxdCIDR: k.SandboxdCIDR, CPURequestPercent: k.CPURequestPercent,
 			StateDir: filepath.Join(cfg.DataDir, "kubernetes"),
 			Defaults: defaults,
 			Logger:   log,

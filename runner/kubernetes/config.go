@@ -73,6 +73,14 @@ type Config struct {
 	InstanceID string
 	// Defaults fill zero limits of a SandboxSpec.
 	Defaults runner.Limits
+	// CPURequestPercent is the share of a sandbox's CPU limit its pod
+	// requests from the scheduler, 1 to 100. 100 (the default, also for
+	// 0) requests the whole limit: Guaranteed QoS, a node holds only as
+	// many sandboxes as it has cores for their limits. Lower packs more
+	// sandboxes on a node (Burstable QoS) while each is still capped at
+	// its limit; memory is always requested whole (it cannot be taken
+	// back from a sandbox without killing it).
+	CPURequestPercent int
 	// TmpBytes caps /tmp and /dev/shm (memory-backed emptyDirs). Default
 	// 64 MiB.
 	TmpBytes int64
@@ -104,6 +112,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.SeccompDir == "" {
 		c.SeccompDir = DefaultSeccompDir
+	}
+	if c.CPURequestPercent == 0 {
+		c.CPURequestPercent = 100
+	}
+	if c.CPURequestPercent < 1 || c.CPURequestPercent > 100 {
+		return fmt.Errorf("kubernetes: cpu request percent %d: want 1 to 100", c.CPURequestPercent)
 	}
 	if c.SandboxdLabel == "" {
 		c.SandboxdLabel = "app.kubernetes.io/name=sandboxd"

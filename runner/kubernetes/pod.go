@@ -73,6 +73,8 @@ type podInput struct {
 	// RuntimeDefault (the operator's fallback).
 	Seccomp  corev1.SeccompProfile
 	TmpBytes int64
+	// CPURequestPercent is Config.CPURequestPercent (0: 100).
+	CPURequestPercent int
 }
 
 // agentCaps are the agent's capabilities in Kubernetes' spelling (no
@@ -144,6 +146,11 @@ func buildPod(in podInput) *corev1.Pod {
 		corev1.ResourceCPU:              *resource.NewMilliQuantity(l.CPUMillis, resource.DecimalSI),
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(ephemeral, resource.BinarySI),
 	}
+	req := res
+	if p := in.CPURequestPercent; p > 0 && p < 100 {
+		req = res.DeepCopy()
+		req[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(l.CPUMillis*int64(p)/100, 1), resource.DecimalSI)
+	}
 	seccomp := in.Seccomp
 	agentContainer := func(name string, cmd []string, ports []corev1.ContainerPort, mounts []corev1.VolumeMount) corev1.Container {
 		return corev1.Container{
@@ -153,7 +160,7 @@ func buildPod(in podInput) *corev1.Pod {
 			Command:         cmd,
 			WorkingDir:      "/",
 			Ports:           ports,
-			Resources:       corev1.ResourceRequirements{Limits: res, Requests: res},
+			Resources:       corev1.ResourceRequirements{Limits: res, Requests: req},
 			VolumeMounts:    mounts,
 			SecurityContext: &corev1.SecurityContext{
 				RunAsUser:                ptr(int64(hostside.AgentUID)),

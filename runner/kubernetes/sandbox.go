@@ -70,7 +70,7 @@ func (r *Runner) StartPod(ctx context.Context, spec runner.SandboxSpec, limits r
 	pod := buildPod(podInput{
 		Name: p.Name, Namespace: r.cfg.Namespace, Spec: spec, Limits: limits, Labels: lbl, Annotations: ann,
 		Image: img, AgentBinary: r.cfg.AgentBinary, AgentPort: r.cfg.AgentPort, RuntimeClass: r.cfg.RuntimeClass,
-		Seccomp: sc, TmpBytes: r.cfg.TmpBytes,
+		Seccomp: sc, TmpBytes: r.cfg.TmpBytes, CPURequestPercent: r.cfg.CPURequestPercent,
 	})
 	cctx, cancel := context.WithTimeout(ctx, hostside.CreateTimeout)
 	defer cancel()

@@ -463,6 +463,33 @@ func checkReadOnlyPod(t *testing.T, pod *corev1.Pod) {
 // TestBuildPodWorkspaceModes: no init container and a writable mount for
 // a read-write workspace, no workspace volume for none, the fill init
 // container and a read-only mount for read-only.
+// TestBuildPodCPURequest: the pod requests CPURequestPercent of its CPU
+// limit (Burstable), its memory whole; the default requests all of it
+// (Guaranteed). Config refuses a share outside 1-100.
+func TestBuildPodCPURequest(t *testing.T) {
+	lim := hostside.MergeLimits(runner.Limits{CPUMillis: 1000}, hostside.DefaultLimits)
+	for _, tc := range []struct {
+		percent int
+		want    int64
+	}{{0, 1000}, {100, 1000}, {25, 250}, {1, 10}} {
+		p := buildPod(podInput{Name: "sandbox-x", Namespace: "sb", Spec: runner.SandboxSpec{Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)},
+			Limits: lim, Image: "img", AgentBinary: hostside.AgentBinary, AgentPort: 7777, TmpBytes: 64 << 20, CPURequestPercent: tc.percent})
+		r := p.Spec.Containers[0].Resources
+		if got := r.Requests.Cpu().MilliValue(); got != tc.want || r.Limits.Cpu().MilliValue() != 1000 {
+			t.Errorf("percent %d: cpu request %dm limit %v, want %dm and 1000m", tc.percent, got, r.Limits.Cpu(), tc.want)
+		}
+		if !r.Requests.Memory().Equal(*r.Limits.Memory()) {
+			t.Errorf("percent %d: memory request %v != limit %v", tc.percent, r.Requests.Memory(), r.Limits.Memory())
+		}
+	}
+	for _, bad := range []int{-1, 101} {
+		c := Config{CPURequestPercent: bad}
+		if err := c.setDefaults(); err == nil {
+			t.Errorf("cpu request percent %d accepted", bad)
+		}
+	}
+}
+
 func TestBuildPodWorkspaceModes(t *testing.T) {
 	lim := hostside.MergeLimits(runner.Limits{DiskBytes: 64 << 20}, hostside.DefaultLimits)
 	build := func(mode runner.WorkspaceMode) *corev1.Pod {
