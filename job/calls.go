@@ -215,6 +215,11 @@ func (s *Service) submit(ctx context.Context, tenant string, req SubmitRequest, 
 // reads (Get, List, Wait, Subscribe, Artifact, GetSession, ListSessions)
 // take AllTenants for the operator, who sees every tenant's.
 func (s *Service) Get(ctx context.Context, tenant, id string) (*Job, error) {
+	// A job this process tracks is answered from memory: its record may
+	// lag (a session's short call is written once, when it finishes).
+	if e := s.entry(id); e != nil && visible(tenant, e.tenant()) {
+		return e.snapshot(), nil
+	}
 	j, err := s.st.Get(ctx, id)
 	if err != nil {
 		return nil, err

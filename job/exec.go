@@ -23,6 +23,10 @@ const (
 	closeTimeout = 30 * time.Second
 	// storeTimeout bounds recording a transition, also detached.
 	storeTimeout = 10 * time.Second
+	// lazyRunningAfter is how long a session's call runs before its
+	// running state is written (run): a shorter call is never written
+	// running.
+	lazyRunningAfter = 50 * time.Millisecond
 	// execGrace is how long past its own timeout an Exec may take before
 	// the service cancels it (a runner that ignores its timeout).
 	execGrace = 30 * time.Second
@@ -75,7 +79,23 @@ func (s *Service) run(e *entry) {
 	now := time.Now().UTC()
 	j.State, j.StartedAt = StateRunning, &now
 	j.Attempts++
-	if s.rep != nil {
+	var lazy *time.Timer
+	switch {
+	case s.rep == nil && j.SessionID != "":
+		// A session's call is recorded running only if it still runs
+		// lazyRunningAfter from now: most finish sooner, and their
+		// finished record is then their only write after the insert. A
+		// crash meanwhile cannot run it twice: the session's sandbox
+		// dies with the process, and a session's job found queued at
+		// the next start ends lost (Start).
+		lazy = time.AfterFunc(lazyRunningAfter, func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if j.State == StateRunning {
+				s.storeUpdate(j)
+			}
+		})
+	case s.rep != nil:
 		// On a replica the job runs only once its running record, fenced
 		// by the lease, is in: never twice across replicas.
 		if err := s.storeRunning(j); err != nil {
@@ -86,7 +106,7 @@ func (s *Service) run(e *entry) {
 			s.log.Warn("claimed job not started", "job", j.ID, "err", err)
 			return
 		}
-	} else {
+	default:
 		s.storeUpdate(j)
 	}
 	started := cloneJob(j)
@@ -121,6 +141,9 @@ func (s *Service) run(e *entry) {
 	// saw the job finish never sees it still in flight.
 	s.m.inFlight.Dec()
 
+	if lazy != nil {
+		lazy.Stop() // a write it started holds e.mu: it lands first
+	}
 	e.mu.Lock()
 	state, reason := classify(e.cancelReason, &a)
 	if a.ran && e.tool != nil {

@@ -122,6 +122,10 @@ func TestRecoveryRerunsRetrySafe(t *testing.T) {
 		running("job_no_retry", "add", `{"a":1,"b":2}`, false, 1), // did not ask
 		running("job_exec", "echo", `{"text":"x"}`, true, 1),      // exec: may have done it
 		running("job_spent", "add", `{"a":1,"b":2}`, true, 2),     // 1 + Retries attempts started
+		// A session's job left queued (perhaps running: a session's short
+		// call is written running late): its sandbox died with the process.
+		{ID: "job_session", Tenant: "acme", Tool: "add", CallID: "cs", Args: json.RawMessage(`{"a":1,"b":2}`), Runner: "fake",
+			SessionID: "ses_gone", State: job.StateQueued, CreatedAt: created, Retry: true},
 	} {
 		if err := st.Create(ctx, j); err != nil {
 			t.Fatal(err)
@@ -155,7 +159,7 @@ func TestRecoveryRerunsRetrySafe(t *testing.T) {
 	if err != nil || j.State != job.StateSucceeded || j.Result.Content != "3" || j.Attempts != 2 || !j.Retry {
 		t.Errorf("retry-safe job after restart: %+v %+v, %v; want it run again (2 attempts)", j, j.Result, err)
 	}
-	for _, id := range []string{"job_no_retry", "job_exec", "job_spent"} {
+	for _, id := range []string{"job_no_retry", "job_exec", "job_spent", "job_session"} {
 		j, err := svc.Get(ctx, "acme", id)
 		if err != nil || j.State != job.StateFailed || j.Reason != job.ReasonLost {
 			t.Errorf("%s after restart: %+v, %v; want failed/lost", id, j, err)

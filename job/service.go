@@ -312,6 +312,13 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	var requeue []*entry
 	for _, j := range unfinished {
+		if j.State == StateQueued && j.SessionID != "" && s.entry(j.ID) == nil {
+			// Its session's sandbox died with the process (the session
+			// is closed lost): it cannot run, and it may have been
+			// running (a session's short call is written running only
+			// after lazyRunningAfter).
+			j.State = StateRunning
+		}
 		if j.State == StateRunning && s.rerunsLost(j) {
 			// It may have run: its tool cannot do anything twice, and
 			// attempts are left. It runs again instead of ending lost.

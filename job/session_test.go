@@ -127,6 +127,57 @@ func (h *sessHarness) run(t *testing.T, tenant, session, tool, args string) *job
 	return j
 }
 
+// TestSessionCallRecordedRunningLate: a session's call is written running
+// only once it has run lazyRunningAfter (a short call's finished record is
+// its one write after the insert); a longer one is seen running in the
+// store while it runs, and Get answers from memory meanwhile.
+func TestSessionCallRecordedRunningLate(t *testing.T) {
+	t.Parallel()
+	h := newSessHarness(t, nil, job.Config{})
+	ctx := t.Context()
+	s, err := h.svc.CreateSession(ctx, "acme", job.SessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := job.SubmitRequest{Call: tools.Call{Name: "sh", Arguments: json.RawMessage(`{"cmd":"sleep 0.6"}`)}, SessionID: s.ID}
+	j, _, err := h.svc.Submit(ctx, "acme", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for {
+		if got, err := h.svc.Get(ctx, "acme", j.ID); err == nil && got.State == job.StateRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Get never answered running")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for {
+		rec, err := h.st.Get(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State == job.StateRunning && rec.StartedAt != nil {
+			break
+		}
+		if rec.State.Terminal() || time.Now().After(deadline) {
+			t.Fatalf("the store never had the long call running: %+v", rec)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	done, err := h.svc.Wait(wctx, "acme", j.ID)
+	if err != nil || done.State != job.StateSucceeded {
+		t.Fatalf("long call: %+v %v", done, err)
+	}
+	if rec, err := h.st.Get(ctx, j.ID); err != nil || rec.State != job.StateSucceeded || rec.StartedAt == nil {
+		t.Fatalf("record after: %+v %v", rec, err)
+	}
+}
+
 func TestSessionLifecycle(t *testing.T) {
 	t.Parallel()
 	h := newSessHarness(t, nil, job.Config{})
