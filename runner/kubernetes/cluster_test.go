@@ -128,3 +128,50 @@ func TestClusterReap(t *testing.T) {
 		t.Fatal("dead owner's secret still there")
 	}
 }
+
+// TestClusterReapReplica: the pod and secret of a sandbox another replica
+// made (its sandboxd.replica label) are removed by ReapReplica of that
+// replica though their owner lives (the replica lost its lease); another
+// replica's, and the reaping runner's own open sandbox, stay.
+func TestClusterReapReplica(t *testing.T) {
+	a, b := newCluster(t), newCluster(t)
+	ctx := t.Context()
+	start := func(r *Runner, id, replica string) *Pod {
+		t.Helper()
+		spec := runner.SandboxSpec{ID: id + r.in.ID[:8], Replica: replica, Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)}
+		limits, err := r.in.Reserve(ctx, &spec, r.cfg.Defaults)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := r.StartPod(ctx, spec, limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Delete(context.Background()) })
+		return p
+	}
+	dead, other := start(a, "rdead", "r-dead"), start(a, "rother", "r-other")
+	exists := func(name string) (pod, secret bool) {
+		_, perr := b.c.CoreV1().Pods(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		_, serr := b.c.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		return perr == nil, serr == nil
+	}
+	n, err := b.ReapReplica(ctx, "r-dead")
+	if err != nil || n != 1 {
+		t.Fatalf("ReapReplica = %d, %v; want 1", n, err)
+	}
+	if p, s := exists(dead.Name); p || s {
+		t.Errorf("the dead replica's sandbox: pod left %v, secret left %v", p, s)
+	}
+	if p, s := exists(other.Name); !p || !s {
+		t.Errorf("another replica's sandbox removed: pod %v, secret %v", p, s)
+	}
+	// The reaping runner's own open sandbox of that replica stays.
+	mine := start(b, "rmine", "r-dead")
+	if n, err := b.ReapReplica(ctx, "r-dead"); err != nil || n != 0 {
+		t.Fatalf("ReapReplica with its own sandbox open = %d, %v; want 0", n, err)
+	}
+	if p, _ := exists(mine.Name); !p {
+		t.Error("the runner's own open sandbox was reaped")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"maps"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
 )
@@ -19,11 +20,38 @@ const managedSelector = hostside.LabelManaged + "=true"
 // Sandbox holds, other owners' whose process is dead), and the state dirs
 // of dead instances. The namespace's NetworkPolicy is shared and stays.
 func (r *Runner) Reap(ctx context.Context) (int, error) {
+	found, err := r.listSandboxes(ctx, managedSelector)
+	if err != nil {
+		return 0, err
+	}
+	reaped, live, err := r.in.ReapFound(ctx, found, r.remove)
+	return reaped, errors.Join(err, r.in.ReapStateDirs(live, func(dir string) error { return nil }))
+}
+
+// ReapReplica implements runner.ReplicaReaper: it deletes the pods and
+// secrets of the sandboxes replica made (their sandboxd.replica label),
+// whether its process lives or not (it lost its lease: a replica taking
+// it over reaps them on a cluster every replica reaches), except those
+// open in this process.
+func (r *Runner) ReapReplica(ctx context.Context, replica string) (int, error) {
+	if replica == "" || len(validation.IsValidLabelValue(replica)) > 0 {
+		return 0, nil // no sandbox of it can carry the label
+	}
+	found, err := r.listSandboxes(ctx, managedSelector+","+hostside.LabelReplica+"="+replica)
+	if err != nil {
+		return 0, err
+	}
+	return r.in.ReapReplica(ctx, replica, found, r.remove)
+}
+
+// listSandboxes lists the sandboxes whose pod, or secret alone (a crash
+// between the two creates), the label selector matches, by pod name.
+func (r *Runner) listSandboxes(ctx context.Context, selector string) ([]hostside.Found, error) {
 	cctx, cancel := context.WithTimeout(ctx, hostside.APITimeout)
 	defer cancel()
-	pods, err := r.c.CoreV1().Pods(r.cfg.Namespace).List(cctx, metav1.ListOptions{LabelSelector: managedSelector})
+	pods, err := r.c.CoreV1().Pods(r.cfg.Namespace).List(cctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		return 0, r.wrap("list pods", err)
+		return nil, r.wrap("list pods", err)
 	}
 	found := make([]hostside.Found, 0, len(pods.Items))
 	names := map[string]bool{}
@@ -31,18 +59,16 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 		names[p.Name] = true
 		found = append(found, hostside.Found{ID: p.Name, Labels: ownerLabels(p.Labels, p.Annotations), Created: p.CreationTimestamp.Time})
 	}
-	// Secrets whose pod is gone (a crash between the two creates).
-	secs, err := r.c.CoreV1().Secrets(r.cfg.Namespace).List(cctx, metav1.ListOptions{LabelSelector: managedSelector})
+	secs, err := r.c.CoreV1().Secrets(r.cfg.Namespace).List(cctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		return 0, r.wrap("list secrets", err)
+		return nil, r.wrap("list secrets", err)
 	}
 	for _, s := range secs.Items {
 		if !names[s.Name] {
 			found = append(found, hostside.Found{ID: s.Name, Labels: ownerLabels(s.Labels, s.Annotations), Created: s.CreationTimestamp.Time})
 		}
 	}
-	reaped, live, err := r.in.ReapFound(ctx, found, r.remove)
-	return reaped, errors.Join(err, r.in.ReapStateDirs(live, func(dir string) error { return nil }))
+	return found, nil
 }
 
 // ownerLabels are an object's labels with its owner-proc annotation.

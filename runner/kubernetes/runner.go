@@ -34,10 +34,11 @@ import (
 )
 
 var (
-	_ runner.Runner     = (*Runner)(nil)
-	_ runner.Reaper     = (*Runner)(nil)
-	_ runner.Dependent  = (*Runner)(nil)
-	_ runner.ImageNamer = (*Runner)(nil)
+	_ runner.Runner        = (*Runner)(nil)
+	_ runner.Reaper        = (*Runner)(nil)
+	_ runner.ReplicaReaper = (*Runner)(nil)
+	_ runner.Dependent     = (*Runner)(nil)
+	_ runner.ImageNamer    = (*Runner)(nil)
 )
 
 // Runner creates sandbox pods. Safe for concurrent use.
