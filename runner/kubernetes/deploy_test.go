@@ -522,7 +522,13 @@ func waitReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, s
 				}
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		crashed := false
+		for _, p := range pods.Items {
+			for _, c := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+				crashed = crashed || c.RestartCount > 1
+			}
+		}
+		if crashed || time.Now().After(deadline) || ctx.Err() != nil {
 			var b strings.Builder
 			for _, p := range pods.Items {
 				st, _ := json.MarshalIndent(p.Status, "", " ")
