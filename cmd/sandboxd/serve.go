@@ -73,8 +73,16 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	// Every sandbox's workspace is its own filesystem (limits.disk_bytes,
-	// disk_inodes); a daemon that cannot make them does not start.
-	workspaces, err := workspace.New(workspace.Options{Root: filepath.Join(dataDir, "workspaces"),
+	// disk_inodes); a daemon that cannot make them does not start. Not
+	// with the kubernetes runner: there the sandbox's workspace is its
+	// pod's emptyDir of the disk limit (runner/kubernetes), and sandboxd's
+	// copy a plain staging directory, so that sandboxd runs in a pod
+	// without root, loop devices or mounts (deploy/kubernetes).
+	plain := cfg.Runner.Name == "kubernetes"
+	if plain {
+		log.Info("kubernetes runner: sandboxd's workspace copies are plain directories; the disk bound is each pod's emptyDir sizeLimit")
+	}
+	workspaces, err := workspace.New(workspace.Options{Root: filepath.Join(dataDir, "workspaces"), Plain: plain,
 		Logger: log.With("component", "workspace")})
 	if err != nil {
 		return err
