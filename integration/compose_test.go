@@ -402,6 +402,14 @@ func composeReplicas(t *testing.T, dc, root string, files ...string) {
 		t.Fatalf("the session after its close: %d %s", resp.StatusCode, body)
 	}
 
+	// Each replica runs sandboxes of its own (its pool, its jobs, replica
+	// 1 the session's), which down must leave none of.
+	for _, service := range services {
+		if pid := c.pids[service]; len(sandboxesOf(t, pid)) == 0 {
+			t.Errorf("no sandbox container is labelled with %s's owner-proc (pid %s)", service, pid)
+		}
+	}
+
 	// Prometheus scrapes each replica's metrics listener over the compose
 	// network.
 	c.waitProm("http://127.0.0.1:"+promPort, "Prometheus sees the three replicas up",
