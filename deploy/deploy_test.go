@@ -538,13 +538,21 @@ func TestComposeReplicas(t *testing.T) {
 			Environment map[string]string `yaml:"environment"`
 			Volumes     []string          `yaml:"volumes"`
 			Ports       []string          `yaml:"ports"`
-			DependsOn   map[string]any    `yaml:"depends_on"`
+			DependsOn   map[string]struct {
+				Condition string `yaml:"condition"`
+			} `yaml:"depends_on"`
+			Healthcheck struct {
+				Test []string `yaml:"test"`
+			} `yaml:"healthcheck"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal([]byte(out), &c); err != nil {
 		t.Fatalf("docker-compose config printed: %v\n%s", err, out)
 	}
 	replicas := []string{"sandboxd", "sandboxd-2", "sandboxd-3"}
+	if !slices.Contains(c.Services["postgres"].Healthcheck.Test, "pg_isready") {
+		t.Errorf("postgres has no pg_isready healthcheck: %v", c.Services["postgres"].Healthcheck.Test)
+	}
 	var store, secret string
 	ids, dirs, ports := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, name := range replicas {
@@ -586,8 +594,12 @@ func TestComposeReplicas(t *testing.T) {
 		if svc.PID != "host" || svc.Image != "sandboxd/sandboxd:local" || !slices.Contains(svc.Volumes, "/var/run/docker.sock:/var/run/docker.sock:rw") {
 			t.Errorf("%s: pid %q, image %q, volumes %v: want the sandboxd service's", name, svc.PID, svc.Image, svc.Volumes)
 		}
-		if _, ok := svc.DependsOn["postgres"]; !ok {
-			t.Errorf("%s does not depend on postgres", name)
+		// sandboxd exits when it cannot open its store at start.
+		if d, ok := svc.DependsOn["postgres"]; !ok || d.Condition != "service_healthy" {
+			t.Errorf("%s does not wait for postgres's healthcheck: %+v", name, svc.DependsOn)
+		}
+		if !slices.Equal(svc.Healthcheck.Test, c.Services["sandboxd"].Healthcheck.Test) || len(svc.Healthcheck.Test) == 0 {
+			t.Errorf("%s: healthcheck %v, want the sandboxd service's", name, svc.Healthcheck.Test)
 		}
 		if len(svc.Ports) != 1 || ports[svc.Ports[0]] {
 			t.Errorf("%s: ports %v, want one of its own", name, svc.Ports)
