@@ -17,50 +17,18 @@ import (
 // process, then a new service on the same database.
 func TestRecovery(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "jobs.db")
-	st, err := store.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := t.Context()
 	created := time.Now().UTC().Add(-time.Minute)
 	started := created.Add(time.Second)
-	records := []*job.Job{
-		{ID: "job_queued", Tenant: "acme", Tool: "echo", CallID: "c1", Args: json.RawMessage(`{"text":"again"}`),
-			Runner: "fake", State: job.StateQueued, CreatedAt: created},
-		{ID: "job_running", Tenant: "acme", Tool: "echo", CallID: "c2", Args: json.RawMessage(`{"text":"lost"}`),
-			Runner: "fake", State: job.StateRunning, Attempts: 1, CreatedAt: created, StartedAt: &started},
-		{ID: "job_gone_tool", Tenant: "acme", Tool: "removed", CallID: "c3", Args: json.RawMessage(`{}`),
-			Runner: "fake", State: job.StateQueued, CreatedAt: created.Add(time.Millisecond)},
-	}
-	for _, j := range records {
-		if err := st.Create(ctx, j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st.Close() // the old process is gone
-
-	st, err = store.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	r := &fakeRunner{}
-	prom := prometheus.NewRegistry()
-	m := job.NewMetrics(prom)
-	svc, err := job.New(job.Config{WorkDir: filepath.Join(dir, "work"), Metrics: m}, st, testTools(t, nil), r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		svc.Shutdown(sctx)
-	}()
-	if err := svc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	svc, prom := restartOn(t, r, nil,
+		&job.Job{ID: "job_queued", Tenant: "acme", Tool: "echo", CallID: "c1", Args: json.RawMessage(`{"text":"again"}`),
+			Runner: "fake", State: job.StateQueued, CreatedAt: created},
+		&job.Job{ID: "job_running", Tenant: "acme", Tool: "echo", CallID: "c2", Args: json.RawMessage(`{"text":"lost"}`),
+			Runner: "fake", State: job.StateRunning, Attempts: 1, CreatedAt: created, StartedAt: &started},
+		&job.Job{ID: "job_gone_tool", Tenant: "acme", Tool: "removed", CallID: "c3", Args: json.RawMessage(`{}`),
+			Runner: "fake", State: job.StateQueued, CreatedAt: created.Add(time.Millisecond)},
+	)
 	if r.reaped != 1 {
 		t.Errorf("Reap called %d times, want 1", r.reaped)
 	}
@@ -104,12 +72,6 @@ func TestRecovery(t *testing.T) {
 // left; otherwise it ends lost as before.
 func TestRecoveryRerunsRetrySafe(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "jobs.db")
-	st, err := store.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := t.Context()
 	created := time.Now().UTC().Add(-time.Minute)
 	started := created.Add(time.Second)
@@ -117,42 +79,16 @@ func TestRecoveryRerunsRetrySafe(t *testing.T) {
 		return &job.Job{ID: id, Tenant: "acme", Tool: tool, CallID: id, Args: json.RawMessage(args), Runner: "fake",
 			State: job.StateRunning, Attempts: attempts, CreatedAt: created, StartedAt: &started, Retry: retry}
 	}
-	for _, j := range []*job.Job{
+	svc, prom := restartOn(t, &fakeRunner{}, func(c *job.Config) { c.Turns.Retries = 1 },
 		running("job_rerun", "add", `{"a":1,"b":2}`, true, 1),     // retry-safe, attempts left: runs again
 		running("job_no_retry", "add", `{"a":1,"b":2}`, false, 1), // did not ask
 		running("job_exec", "echo", `{"text":"x"}`, true, 1),      // exec: may have done it
 		running("job_spent", "add", `{"a":1,"b":2}`, true, 2),     // 1 + Retries attempts started
 		// A session's job left queued (perhaps running: a session's short
 		// call is written running late): its sandbox died with the process.
-		{ID: "job_session", Tenant: "acme", Tool: "add", CallID: "cs", Args: json.RawMessage(`{"a":1,"b":2}`), Runner: "fake",
+		&job.Job{ID: "job_session", Tenant: "acme", Tool: "add", CallID: "cs", Args: json.RawMessage(`{"a":1,"b":2}`), Runner: "fake",
 			SessionID: "ses_gone", State: job.StateQueued, CreatedAt: created, Retry: true},
-	} {
-		if err := st.Create(ctx, j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st.Close()
-
-	st, err = store.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	prom := prometheus.NewRegistry()
-	cfg := job.Config{WorkDir: filepath.Join(dir, "work"), Metrics: job.NewMetrics(prom)}
-	cfg.Turns.Retries = 1
-	svc, err := job.New(cfg, st, testTools(t, nil), &fakeRunner{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		svc.Shutdown(sctx)
-	}()
-	if err := svc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	)
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	j, err := svc.Wait(wctx, "acme", "job_rerun")
@@ -190,4 +126,48 @@ func countType(ts []job.EventType, want job.EventType) int {
 		}
 	}
 	return n
+}
+
+// restartOn plays a restart: records left by a dead process in a new
+// database, then a service (tune adjusts its config) started on it with
+// runner r. It is shut down at the end of the test.
+func restartOn(t *testing.T, r *fakeRunner, tune func(*job.Config), records ...*job.Job) (*job.Service, *prometheus.Registry) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "jobs.db")
+	st, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range records {
+		if err := st.Create(t.Context(), j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close() // the old process is gone
+
+	st, err = store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := prometheus.NewRegistry()
+	cfg := job.Config{WorkDir: filepath.Join(dir, "work"), Metrics: job.NewMetrics(prom)}
+	if tune != nil {
+		tune(&cfg)
+	}
+	svc, err := job.New(cfg, st, testTools(t, nil), r)
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		svc.Shutdown(sctx)
+		st.Close()
+	})
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return svc, prom
 }

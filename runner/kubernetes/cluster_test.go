@@ -90,16 +90,7 @@ func TestConformance(t *testing.T) {
 func TestClusterReap(t *testing.T) {
 	a := newCluster(t)
 	ctx := t.Context()
-	spec := runner.SandboxSpec{ID: "reap" + a.in.ID[:8], Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)}
-	limits, err := a.in.Reserve(ctx, &spec, a.cfg.Defaults)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := a.StartPod(ctx, spec, limits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Delete(context.Background())
+	p := startTestPod(t, a, "reap", "")
 	// A second runner sees a live owner's pod and keeps it.
 	b := newCluster(t)
 	if _, err := b.Reap(ctx); err != nil {
@@ -136,21 +127,7 @@ func TestClusterReap(t *testing.T) {
 func TestClusterReapReplica(t *testing.T) {
 	a, b := newCluster(t), newCluster(t)
 	ctx := t.Context()
-	start := func(r *Runner, id, replica string) *Pod {
-		t.Helper()
-		spec := runner.SandboxSpec{ID: id + r.in.ID[:8], Replica: replica, Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)}
-		limits, err := r.in.Reserve(ctx, &spec, r.cfg.Defaults)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := r.StartPod(ctx, spec, limits)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Delete(context.Background()) })
-		return p
-	}
-	dead, other := start(a, "rdead", "r-dead"), start(a, "rother", "r-other")
+	dead, other := startTestPod(t, a, "rdead", "r-dead"), startTestPod(t, a, "rother", "r-other")
 	exists := func(name string) (pod, secret bool) {
 		_, perr := b.c.CoreV1().Pods(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 		_, serr := b.c.CoreV1().Secrets(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -167,11 +144,28 @@ func TestClusterReapReplica(t *testing.T) {
 		t.Errorf("another replica's sandbox removed: pod %v, secret %v", p, s)
 	}
 	// The reaping runner's own open sandbox of that replica stays.
-	mine := start(b, "rmine", "r-dead")
+	mine := startTestPod(t, b, "rmine", "r-dead")
 	if n, err := b.ReapReplica(ctx, "r-dead"); err != nil || n != 0 {
 		t.Fatalf("ReapReplica with its own sandbox open = %d, %v; want 0", n, err)
 	}
 	if p, _ := exists(mine.Name); !p {
 		t.Error("the runner's own open sandbox was reaped")
 	}
+}
+
+// startTestPod starts a sandbox pod of r (ID prefix plus r's instance,
+// made by replica, "" for none), deleted at the end of the test.
+func startTestPod(t *testing.T, r *Runner, prefix, replica string) *Pod {
+	t.Helper()
+	spec := runner.SandboxSpec{ID: prefix + r.in.ID[:8], Replica: replica, Isolation: runnertest.Isolation(runner.WorkspaceNone, runner.NetworkNone)}
+	limits, err := r.in.Reserve(t.Context(), &spec, r.cfg.Defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.StartPod(t.Context(), spec, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Delete(context.Background()) })
+	return p
 }
