@@ -311,7 +311,11 @@ func adaptForTestCluster(t *testing.T, ms []manifest, ns, image, apiHost, apiPor
 			c.Env = append(c.Env,
 				corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: apiHost},
 				corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: apiPort},
-				corev1.EnvVar{Name: "SANDBOXD_KUBERNETES_SANDBOXD_CIDR", Value: cidr})
+				corev1.EnvVar{Name: "SANDBOXD_KUBERNETES_SANDBOXD_CIDR", Value: cidr},
+				// This 2-core node also holds the pool's prestarted pods:
+				// each requests a tenth of its CPU limit, so that the
+				// job's own pod is schedulable beside them.
+				corev1.EnvVar{Name: "SANDBOXD_KUBERNETES_CPU_REQUEST_PERCENT", Value: "10"})
 			for i := range c.Ports {
 				switch c.Ports[i].Name {
 				case "http":
@@ -488,8 +492,22 @@ func TestDeployInCluster(t *testing.T) {
 		t.Fatalf("POST /v1/jobs: %d %s: %v", resp.StatusCode, rb, err)
 	}
 	t.Logf("job: %s", rb)
+	sandboxes, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: managedSelector})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if job.State != "succeeded" || job.Runner != "kubernetes" || !job.Result.OK {
+		for _, p := range sandboxes.Items {
+			st, _ := json.Marshal(p.Status.Conditions)
+			t.Logf("sandbox pod %s: %s %s", p.Name, p.Status.Phase, st)
+		}
 		t.Fatalf("job %s: state %s, runner %s, ok %v", job.ID, job.State, job.Runner, job.Result.OK)
+	}
+	for _, p := range sandboxes.Items { // runner.kubernetes.cpu_request_percent: 10
+		r := p.Spec.Containers[0].Resources
+		if req, lim := r.Requests.Cpu().MilliValue(), r.Limits.Cpu().MilliValue(); req != lim/10 {
+			t.Errorf("sandbox pod %s requests %dm of CPU, limit %dm: want a tenth", p.Name, req, lim)
+		}
 	}
 	// The pod spec's hostname, the code's uid (policy.CodeUID).
 	if got := strings.TrimSpace(job.Result.Process.Stdout); got != "sandbox 65534" {
