@@ -71,6 +71,9 @@ type hub struct {
 	inflight []Event
 	subs     map[*subscriber]struct{}
 	done     bool // the finished event was emitted
+	// recorded is the finished event once record wrote it (with the
+	// job's terminal state); emit then only delivers it.
+	recorded *Event
 	// onDurable runs once, after the finished event is committed (or
 	// given up on): the job's memory can go.
 	onDurable func()
@@ -119,6 +122,12 @@ func (h *hub) emit(ev Event) {
 	if h.done {
 		return
 	}
+	if h.recorded != nil { // committed by record: only deliver it
+		if ev.Type == EventFinished {
+			h.finish(*h.recorded)
+		}
+		return
+	}
 	h.seq++
 	ev.Seq = h.seq
 	if ev.Time.IsZero() {
@@ -134,21 +143,79 @@ func (h *hub) emit(ev Event) {
 	case i >= 0:
 		h.keepOutput(&h.streams[i], ev)
 	case ev.Type == EventFinished:
-		h.done = true
-		var keep []Event
-		for i := range h.streams {
-			keep = append(keep, h.streams[i].flush(streamType(i))...)
-		}
-		keep = append(keep, ev)
-		h.persist(keep...)
-		for sub := range h.subs {
-			sub.close()
-			delete(h.subs, sub)
-		}
-		h.checkDurable()
+		h.persist(append(h.tails(), ev)...)
+		h.finish(ev)
 	default:
 		h.persist(ev)
 	}
+}
+
+// tails returns the streams' markers and tails (streamLog.flush), the
+// events a finished job still persists. The caller holds h.mu.
+func (h *hub) tails() []Event {
+	var keep []Event
+	for i := range h.streams {
+		keep = append(keep, h.streams[i].flush(streamType(i))...)
+	}
+	return keep
+}
+
+// finish ends the hub after its finished event ev: the subscribers got it
+// (emit delivers before it persists) and are closed. The caller holds h.mu.
+func (h *hub) finish(ev Event) {
+	if h.recorded != nil { // delivered only now
+		for sub := range h.subs {
+			if !sub.push(ev) {
+				delete(h.subs, sub)
+			}
+		}
+	}
+	h.done = true
+	for sub := range h.subs {
+		sub.close()
+		delete(h.subs, sub)
+	}
+	h.checkDurable()
+}
+
+// record writes the finished event ev, numbered, with every event of the
+// job not yet committed (those queued in the sink, the streams' tails),
+// through write: one store write that also holds the job's terminal state
+// (FinishWriter). It does so only when no flush is writing events of the
+// job (then the order of the acknowledgements is kept), and reports
+// whether it wrote them. After it did, the subscribers get ev from emit
+// (called after waiters are told, as before), and events emitted meanwhile
+// are dropped: ev stays the last. When it did not, or write failed,
+// nothing changed and the caller records the job and emits ev as before.
+func (h *hub) record(ev Event, write func([]EventRecord) error) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done || h.recorded != nil || h.sink == nil {
+		return false
+	}
+	taken, ok := h.sink.take(h, len(h.inflight))
+	if !ok {
+		return false
+	}
+	saved := h.streams
+	ev.Seq = h.seq + 1
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	recs := slices.Clip(taken)
+	for _, e := range append(h.tails(), ev) {
+		recs = append(recs, EventRecord{JobID: h.jobID, Seq: e.Seq, Type: e.Type, Time: e.Time, Data: e.Data})
+	}
+	if err := write(recs); err != nil {
+		h.streams = saved
+		h.sink.requeue(h, taken)
+		return false
+	}
+	h.seq = ev.Seq
+	clear(h.inflight)
+	h.inflight = nil
+	h.recorded = &ev
+	return true
 }
 
 func streamType(i int) EventType {

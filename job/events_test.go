@@ -246,3 +246,35 @@ func TestSubscribeRetired(t *testing.T) {
 		t.Errorf("retired job events %v %q, want %v with its output", types, out, want)
 	}
 }
+
+// TestFinishedRecordedWithEvents: on SQLite (a job.FinishWriter) a job's
+// terminal state and its events not yet written, the finished event among
+// them, are one write: once Wait returns, the store has both (the event
+// sink alone writes 5 ms after an event). The job finishes once its first
+// events were flushed, so no flush of it runs when it finishes (record
+// then leaves it to the sink) and the write is certain.
+func TestFinishedRecordedWithEvents(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	q := h.submit(t, "acme", call("wait", `{}`))
+	h.waitRunning(t, "acme", q.ID)
+	time.Sleep(100 * time.Millisecond) // queued and started are flushed
+	close(h.gate)
+	h.wait(t, "acme", q.ID)
+	j, err := h.st.Get(t.Context(), q.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := h.st.ListEvents(t.Context(), q.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []job.EventType
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+	}
+	want := []job.EventType{job.EventQueued, job.EventStarted, job.EventFinished}
+	if j.State != job.StateSucceeded || !equalTypes(types, want) {
+		t.Fatalf("right after Wait the store has the job %s with events %v, want succeeded with %v", j.State, types, want)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -75,6 +76,50 @@ func (k *eventSink) add(h *hub, evs []Event) []Event {
 		signal(k.full)
 	}
 	return kept
+}
+
+// take removes h's queued events from the queue and returns their
+// records, when the queue holds exactly n of them (h's inflight: none is
+// being written by a flush); else it takes nothing and reports false.
+// The caller holds h.mu and writes the records itself (hub.record).
+func (k *eventSink) take(h *hub, n int) ([]EventRecord, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var recs []EventRecord
+	for _, it := range k.q {
+		if it.h == h {
+			recs = append(recs, it.rec)
+		}
+	}
+	if len(recs) != n {
+		return nil, false
+	}
+	if n > 0 {
+		k.q = slices.DeleteFunc(k.q, func(it sinkItem) bool {
+			if it.h == h {
+				k.size -= it.size
+				return true
+			}
+			return false
+		})
+	}
+	return recs, true
+}
+
+// requeue puts back, at the end of the queue, records of h that take
+// returned and could not be written.
+func (k *eventSink) requeue(h *hub, recs []EventRecord) {
+	if len(recs) == 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, r := range recs {
+		n := int64(eventOverhead + len(r.Data))
+		k.q = append(k.q, sinkItem{h: h, rec: r, size: n})
+		k.size += n
+	}
+	signal(k.wake)
 }
 
 func signal(c chan struct{}) {

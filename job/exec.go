@@ -156,8 +156,10 @@ func (s *Service) run(e *entry) {
 	s.keepArtifacts(j, &a.res)
 	j.State, j.Reason, j.FinishedAt, j.Result = state, reason, &fin, &a.res
 	e.cancel = nil
-	s.storeUpdate(j)
 	snap := cloneJob(j)
+	if !s.recordFinished(e, j, snap) {
+		s.storeUpdate(j)
+	}
 	e.mu.Unlock()
 	if a.err != nil {
 		log.Warn("job failed", "reason", reason, "err", a.err)
@@ -398,6 +400,27 @@ func (s *Service) workspace(id string) (string, func(), error) {
 		return "", nil, fmt.Errorf("create workspace: %w", err)
 	}
 	return dir, func() { s.removeWorkspace(dir) }, nil
+}
+
+// recordFinished records j's terminal state together with its last events
+// (the finished event among them) in one write, when the store can
+// (FinishWriter) and hub.record finds them all still to write; snap is
+// the finished event's copy of j. Not on a replica: its writes are fenced
+// by the lease (storeUpdate's retries). False: nothing was written.
+func (s *Service) recordFinished(e *entry, j, snap *Job) bool {
+	fw, ok := s.st.(FinishWriter)
+	if !ok || s.rep != nil {
+		return false
+	}
+	return e.events.record(Event{Type: EventFinished, Time: *snap.FinishedAt, Job: snap}, func(recs []EventRecord) error {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		defer cancel()
+		err := fw.UpdateWithEvents(ctx, j, recs)
+		if err != nil {
+			s.log.Warn("record finished job with its events", "job", j.ID, "err", err)
+		}
+		return err
+	})
 }
 
 // storeUpdate records a transition on a detached context; a failure is

@@ -8,6 +8,15 @@ import (
 	"github.com/sandboxd/sandboxd/tools"
 )
 
+// FinishWriter is a Store that records a job together with events of it in
+// one write: Update then AppendEvents, atomically (both or neither; no
+// such job is ErrNotFound and writes nothing). The service records a
+// job's terminal state with its last events so (eventSink.take): one
+// commit per job where two would do the same.
+type FinishWriter interface {
+	UpdateWithEvents(ctx context.Context, j *Job, evs []EventRecord) error
+}
+
 // Store is the durable record of jobs the service consumes. Package store
 // implements it (SQLite, Postgres); the service never imports a backend.
 //

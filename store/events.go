@@ -25,32 +25,36 @@ func (s *SQLite) AppendEvents(ctx context.Context, evs []job.EventRecord) error 
 	if len(evs) == 0 {
 		return nil
 	}
-	err := s.group.Do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		for rest := evs; len(rest) > 0; {
-			n := min(len(rest), maxEventsPerInsert)
-			var q strings.Builder
-			q.WriteString(`INSERT INTO job_events (job_id, seq, type, time, data) VALUES `)
-			args := make([]any, 0, 5*n)
-			for i, ev := range rest[:n] {
-				if i > 0 {
-					q.WriteString(", ")
-				}
-				q.WriteString("(?, ?, ?, ?, ?)")
-				args = append(args, ev.JobID, ev.Seq, string(ev.Type), ev.Time.UnixNano(), []byte(ev.Data))
-			}
-			q.WriteString(` ON CONFLICT (job_id, seq) DO NOTHING`)
-			if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-				return err
-			}
-			rest = rest[n:]
-		}
-		return nil
-	})
+	err := s.group.Do(ctx, func(ctx context.Context, tx *sql.Tx) error { return insertEvents(ctx, tx, evs) })
 	if isForeignKey(err) {
 		return fmt.Errorf("append events: %w: no such job", job.ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("append events: %w", sqliteErr(err))
+	}
+	return nil
+}
+
+// insertEvents writes evs in tx as multi-row INSERTs of up to
+// maxEventsPerInsert events each; an event already recorded is kept.
+func insertEvents(ctx context.Context, tx *sql.Tx, evs []job.EventRecord) error {
+	for rest := evs; len(rest) > 0; {
+		n := min(len(rest), maxEventsPerInsert)
+		var q strings.Builder
+		q.WriteString(`INSERT INTO job_events (job_id, seq, type, time, data) VALUES `)
+		args := make([]any, 0, 5*n)
+		for i, ev := range rest[:n] {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?)")
+			args = append(args, ev.JobID, ev.Seq, string(ev.Type), ev.Time.UnixNano(), []byte(ev.Data))
+		}
+		q.WriteString(` ON CONFLICT (job_id, seq) DO NOTHING`)
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			return err
+		}
+		rest = rest[n:]
 	}
 	return nil
 }

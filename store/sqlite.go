@@ -363,6 +363,17 @@ func (s *SQLite) GetByIdempotencyKey(ctx context.Context, tenant, key string) (*
 
 // Update implements job.Store.
 func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
+	return s.updateWith(ctx, j, nil)
+}
+
+// UpdateWithEvents implements job.FinishWriter: the update and the events
+// in one transaction (a job's terminal state with its last events, one
+// commit where Update and AppendEvents would make two).
+func (s *SQLite) UpdateWithEvents(ctx context.Context, j *job.Job, evs []job.EventRecord) error {
+	return s.updateWith(ctx, j, evs)
+}
+
+func (s *SQLite) updateWith(ctx context.Context, j *job.Job, evs []job.EventRecord) error {
 	r, err := toRow(j)
 	if err != nil {
 		return fmt.Errorf("update job %s: %w", j.ID, err)
@@ -376,10 +387,19 @@ func (s *SQLite) Update(ctx context.Context, j *job.Job) error {
 		if err == nil {
 			n, err = res.RowsAffected()
 		}
-		return err
+		if err != nil || len(evs) == 0 {
+			return err
+		}
+		if n == 0 {
+			return job.ErrNotFound // no job: none of its events either
+		}
+		return insertEvents(ctx, tx, evs)
 	})
 	if isConstraint(err) {
 		return fmt.Errorf("update job %s: %w: idempotency key already used", j.ID, job.ErrConflict)
+	}
+	if errors.Is(err, job.ErrNotFound) || isForeignKey(err) {
+		return fmt.Errorf("update job %s: %w", j.ID, job.ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("update job %s: %w", j.ID, sqliteErr(err))
