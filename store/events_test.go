@@ -343,3 +343,53 @@ func TestCompact(t *testing.T) {
 		t.Fatalf("after reopening an old database: auto_vacuum %d %v", mode, err)
 	}
 }
+
+// TestUpdateWithEvents: the job's update and its events commit together;
+// a job that does not exist is ErrNotFound and none of its events is
+// written; a recorded event is kept as it was.
+func TestUpdateWithEvents(t *testing.T) {
+	t.Parallel()
+	s, _ := openTemp(t)
+	ctx := t.Context()
+	j := newJob("j1", "acme", base)
+	if err := s.Create(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	first := job.EventRecord{JobID: "j1", Seq: 1, Type: job.EventQueued, Time: base}
+	if err := s.AppendEvents(ctx, []job.EventRecord{first}); err != nil {
+		t.Fatal(err)
+	}
+	fin := base.Add(time.Second)
+	j.State, j.FinishedAt, j.Result = job.StateSucceeded, &fin, &tools.Result{OK: true, Content: "done"}
+	evs := []job.EventRecord{
+		{JobID: "j1", Seq: 1, Type: job.EventQueued, Time: base, Data: "again"}, // kept as recorded
+		{JobID: "j1", Seq: 2, Type: job.EventStdout, Time: fin, Data: "out"},
+		{JobID: "j1", Seq: 3, Type: job.EventFinished, Time: fin},
+	}
+	if err := s.UpdateWithEvents(ctx, j, evs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, "j1")
+	if err != nil || got.State != job.StateSucceeded || got.Result.Content != "done" {
+		t.Fatalf("job after UpdateWithEvents: %+v, %v", got, err)
+	}
+	stored, err := s.ListEvents(ctx, "j1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append([]job.EventRecord{first}, evs[1:]...); !reflect.DeepEqual(stored, want) {
+		t.Errorf("events %+v, want %+v", stored, want)
+	}
+
+	ghost := newJob("ghost", "acme", base)
+	err = s.UpdateWithEvents(ctx, ghost, []job.EventRecord{{JobID: "ghost", Seq: 1, Type: job.EventFinished, Time: fin}})
+	if !errors.Is(err, job.ErrNotFound) {
+		t.Fatalf("UpdateWithEvents of a missing job: %v, want ErrNotFound", err)
+	}
+	if evs, err := s.ListEvents(ctx, "ghost", 0, 0); err != nil || len(evs) != 0 {
+		t.Errorf("events of the missing job: %v, %v", evs, err)
+	}
+	if err := s.Update(ctx, ghost); !errors.Is(err, job.ErrNotFound) {
+		t.Errorf("Update of a missing job: %v, want ErrNotFound", err)
+	}
+}
