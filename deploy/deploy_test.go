@@ -428,13 +428,7 @@ func readYAML(t *testing.T, path string, v any) {
 // it knows, and the required API keys are refused when missing.
 func TestDockerComposeConfig(t *testing.T) {
 	t.Parallel()
-	dc, err := exec.LookPath("docker-compose")
-	if err != nil {
-		if os.Getenv("SANDBOXD_REQUIRE_TOOLS") != "" {
-			t.Fatal("docker-compose not installed (scripts/setup.sh installs it)")
-		}
-		t.Skip("docker-compose not installed (scripts/setup.sh installs it; set SANDBOXD_REQUIRE_TOOLS=1 to fail instead)")
-	}
+	dc := needCompose(t)
 	run := func(env ...string) (string, error) {
 		return composeConfig(dc, []string{composeFile}, env...)
 	}
@@ -463,6 +457,20 @@ func TestDockerComposeConfig(t *testing.T) {
 	}
 }
 
+// needCompose returns Debian's docker-compose, or skips the test without
+// it (fails under SANDBOXD_REQUIRE_TOOLS).
+func needCompose(t *testing.T) string {
+	t.Helper()
+	dc, err := exec.LookPath("docker-compose")
+	if err != nil {
+		if os.Getenv("SANDBOXD_REQUIRE_TOOLS") != "" {
+			t.Fatal("docker-compose not installed (scripts/setup.sh installs it)")
+		}
+		t.Skip("docker-compose not installed (scripts/setup.sh installs it; set SANDBOXD_REQUIRE_TOOLS=1 to fail instead)")
+	}
+	return dc
+}
+
 // composeConfig runs docker-compose config on files (relative to this directory)
 // in the repository's root.
 func composeConfig(dc string, files []string, env ...string) (string, error) {
@@ -481,13 +489,7 @@ func composeConfig(dc string, files []string, env ...string) (string, error) {
 // docker-compose takes with it.
 func TestComposeVariants(t *testing.T) {
 	t.Parallel()
-	dc, err := exec.LookPath("docker-compose")
-	if err != nil {
-		if os.Getenv("SANDBOXD_REQUIRE_TOOLS") != "" {
-			t.Fatal("docker-compose not installed (scripts/setup.sh installs it)")
-		}
-		t.Skip("docker-compose not installed (scripts/setup.sh installs it; set SANDBOXD_REQUIRE_TOOLS=1 to fail instead)")
-	}
+	dc := needCompose(t)
 	variants, err := filepath.Glob("../docker-compose.*.yml")
 	if err != nil || len(variants) == 0 {
 		t.Fatalf("no variants beside docker-compose.yml: %v", err)
@@ -518,13 +520,7 @@ var replicasEnv = []string{"SANDBOXD_API_KEYS=key-example:example", "SANDBOXD_PG
 // configuration.
 func TestComposeReplicas(t *testing.T) {
 	t.Parallel()
-	dc, err := exec.LookPath("docker-compose")
-	if err != nil {
-		if os.Getenv("SANDBOXD_REQUIRE_TOOLS") != "" {
-			t.Fatal("docker-compose not installed (scripts/setup.sh installs it)")
-		}
-		t.Skip("docker-compose not installed (scripts/setup.sh installs it; set SANDBOXD_REQUIRE_TOOLS=1 to fail instead)")
-	}
+	dc := needCompose(t)
 	files := []string{composeFile, "../docker-compose.replicas.yml"}
 	out, err := composeConfig(dc, files, replicasEnv...)
 	if err != nil {
