@@ -43,7 +43,8 @@
 # /var/cache/sandboxd/k8s: scripts/k8s-setup.sh --build-only builds etcd,
 # kube-apiserver and kube-scheduler; kwok is built here when missing),
 # KWOK_NODES, KWOK_PODS, KWOK_SEQ, KWOK_CONCURRENCY, KWOK_BURST,
-# KWOK_POOL_SIZE, KWOK_WORKERS override the sizes; KWOK_OUT (default
+# KWOK_POOL_SIZE, KWOK_POOL_MAX_READY (default the burst), KWOK_WORKERS
+# override the sizes; KWOK_OUT (default
 # $state/bench.txt, copied to /tmp/kwok-bench-<time>.txt) gets go test's output.
 set -euo pipefail
 
@@ -68,6 +69,7 @@ else
 	nodes=${KWOK_NODES:-1000} pods=${KWOK_PODS:-1000} seq=${KWOK_SEQ:-200} conc=${KWOK_CONCURRENCY:-50}
 	burst=${KWOK_BURST:-1000} pool_size=${KWOK_POOL_SIZE:-100} workers=${KWOK_WORKERS:-100}
 fi
+max_ready=${KWOK_POOL_MAX_READY:-$burst}
 etcd_port=24790 etcd_peer=24800 etcd_metrics=24810 api_port=17443 sched_port=24759 kwok_port=24795
 
 t0=$(date +%s.%N)
@@ -227,13 +229,13 @@ until_ok kwok 60 kwok_up
 say "cluster up: $(tr '\n' ' ' <"$state/pids")"
 
 out_file=${KWOK_OUT:-$state/bench.txt}
-say "go test -bench BenchmarkKwok: $nodes nodes, $seq sequential, $pods at $conc concurrent, burst $burst (pool $pool_size, $workers workers); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+say "go test -bench BenchmarkKwok: $nodes nodes, $seq sequential, $pods at $conc concurrent, burst $burst (pool $pool_size up to $max_ready, $workers workers); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 set +e
 (
 	cd "$root"
 	SANDBOXD_KWOK_KUBECONFIG="$pki/sandboxd.kubeconfig" SANDBOXD_KWOK_ADMIN_KUBECONFIG="$pki/admin.kubeconfig" \
 		SANDBOXD_KWOK_NODES=$nodes SANDBOXD_KWOK_PODS=$pods SANDBOXD_KWOK_SEQ=$seq SANDBOXD_KWOK_CONCURRENCY=$conc \
-		SANDBOXD_KWOK_BURST=$burst SANDBOXD_KWOK_POOL_SIZE=$pool_size SANDBOXD_KWOK_WORKERS=$workers \
+		SANDBOXD_KWOK_BURST=$burst SANDBOXD_KWOK_POOL_SIZE=$pool_size SANDBOXD_KWOK_POOL_MAX_READY=$max_ready SANDBOXD_KWOK_WORKERS=$workers \
 		SANDBOXD_KWOK_PIDS="$(tr '\n' ' ' <"$state/pids")" \
 		go test ./runner/kubernetes -run '^$' -bench '^BenchmarkKwok$' -benchtime=1x -count=1 -timeout 60m -v
 ) 2>&1 | tee "$out_file"

@@ -51,8 +51,8 @@ import (
 //   - concurrent-noqps: the same through a client without a rate limit
 //     (the cluster's own bound);
 //   - pool-burst: the job service's warm pool (SANDBOXD_KWOK_POOL_SIZE
-//     ready, growing after misses up to the burst, SANDBOXD_KWOK_WORKERS
-//     workers) under SANDBOXD_KWOK_BURST one-shot jobs submitted at once;
+//     ready, growing after misses up to SANDBOXD_KWOK_POOL_MAX_READY,
+//     default the burst; SANDBOXD_KWOK_WORKERS workers) under SANDBOXD_KWOK_BURST one-shot jobs submitted at once;
 //     a job's Exec is a no-op (no agent): its latency is the queue, the
 //     pool take or a fresh pod, and the release;
 //
@@ -77,6 +77,7 @@ func BenchmarkKwok(b *testing.B) {
 	burst := kwokEnvInt("SANDBOXD_KWOK_BURST", 1000)
 	poolSize := kwokEnvInt("SANDBOXD_KWOK_POOL_SIZE", 100)
 	workers := kwokEnvInt("SANDBOXD_KWOK_WORKERS", 100)
+	maxReady := kwokEnvInt("SANDBOXD_KWOK_POOL_MAX_READY", burst)
 	ctx := context.Background()
 	const ns = "sandboxd-kwok"
 
@@ -185,14 +186,14 @@ func BenchmarkKwok(b *testing.B) {
 	phase("sequential", cnt, func(b *testing.B) kwokRow { return runCycles(b, r, seq, 1) })
 	phase("concurrent", cnt, func(b *testing.B) kwokRow { return runCycles(b, r, pods, conc) })
 	phase("concurrent-noqps", cntU, func(b *testing.B) kwokRow { return runCycles(b, ru, pods, conc) })
-	phase("pool-burst", cnt, func(b *testing.B) kwokRow { return kwokPoolBurst(b, r, burst, poolSize, workers) })
+	phase("pool-burst", cnt, func(b *testing.B) kwokRow { return kwokPoolBurst(b, r, burst, poolSize, maxReady, workers) })
 
 	kwokPrint(nodes, table, loads)
 }
 
 type kwokRow struct {
 	name                         string
-	n, conc                      int
+	n, conc, failed              int
 	pods                         int // pods made in the phase, when not n
 	wall                         time.Duration
 	p50, p99, delP50, delP99     time.Duration
@@ -205,7 +206,7 @@ type kwokRow struct {
 
 // kwokPoolBurst: the job service's pool in front of r (its sandboxes'
 // Exec a no-op), pre-warmed to poolSize, then burst one-shot jobs at once.
-func kwokPoolBurst(b *testing.B, r *Runner, burst, poolSize, workers int) kwokRow {
+func kwokPoolBurst(b *testing.B, r *Runner, burst, poolSize, maxReady, workers int) kwokRow {
 	ctx := context.Background()
 	dir := b.TempDir()
 	st, err := store.Open(filepath.Join(dir, "db"))
@@ -226,7 +227,7 @@ func kwokPoolBurst(b *testing.B, r *Runner, burst, poolSize, workers int) kwokRo
 	nr := &noAgentRunner{r: r}
 	svc, err := job.New(job.Config{
 		Queue:   config.Queue{Workers: workers, Size: 2 * burst},
-		Pool:    config.Pool{Size: &poolSize, MaxReady: max(burst, poolSize), MaxSandboxes: 2*burst + poolSize},
+		Pool:    config.Pool{Size: &poolSize, MaxReady: max(maxReady, poolSize), MaxSandboxes: 2*burst + poolSize},
 		WorkDir: filepath.Join(dir, "work"), Metrics: job.NewMetrics(prom),
 	}, st, reg, nr)
 	if err != nil {
@@ -262,6 +263,7 @@ func kwokPoolBurst(b *testing.B, r *Runner, burst, poolSize, workers int) kwokRo
 			}
 			lat[i] = time.Since(t)
 			if err != nil || j.State != job.StateSucceeded {
+				lat[i] = -1
 				if failed.Add(1) <= 3 {
 					reason := ""
 					if j != nil {
@@ -276,9 +278,9 @@ func kwokPoolBurst(b *testing.B, r *Runner, burst, poolSize, workers int) kwokRo
 	close(start)
 	wg.Wait()
 	el := time.Since(t)
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d of %d jobs failed", n, burst)
-	}
+	// A job that failed (its sandbox not running within CreateTimeout) is
+	// counted, not fatal: that is what the burst measures too.
+	nfailed := int(failed.Load())
 	hits, misses := promValue(prom, "sandboxd_pool_hits_total"), promValue(prom, "sandboxd_pool_misses_total")
 	// Refill: until no pooled create is under way, from the burst's start.
 	// (for half a second: a release's refill may start a moment later)
@@ -297,15 +299,17 @@ func kwokPoolBurst(b *testing.B, r *Runner, burst, poolSize, workers int) kwokRo
 	refill := refilled.Sub(t)
 	ready := int(promValue(prom, "sandboxd_pool_ready"))
 	poolCreates, missCreates := nr.durations()
-	row := kwokRow{n: burst, conc: workers, pods: poolSize + len(poolCreates) + len(missCreates), wall: el, p50: pct(lat, 50), p99: pct(lat, 99), hits: hits, misses: misses,
+	lat = slices.DeleteFunc(lat, func(d time.Duration) bool { return d < 0 })
+	row := kwokRow{n: burst, conc: workers, pods: poolSize + len(poolCreates) + len(missCreates), failed: nfailed, wall: el, p50: pct(lat, 50), p99: pct(lat, 99), hits: hits, misses: misses,
 		refill: refill, refillN: ready, poolCreateP50: pct(poolCreates, 50), poolCreateP99: pct(poolCreates, 99),
-		note: fmt.Sprintf("pool %d, %d workers; %d pooled creates (p50 %.0f p99 %.0f ms), %d creates on a miss (p50 %.0f p99 %.0f ms)",
-			poolSize, workers, len(poolCreates), ms(pct(poolCreates, 50)), ms(pct(poolCreates, 99)),
+		note: fmt.Sprintf("%d of %d jobs failed (p50/p99 of the others); pool %d, max_ready %d, %d workers; %d pooled creates (p50 %.0f p99 %.0f ms), %d creates on a miss (p50 %.0f p99 %.0f ms)",
+			nfailed, burst, poolSize, maxReady, workers, len(poolCreates), ms(pct(poolCreates, 50)), ms(pct(poolCreates, 99)),
 			len(missCreates), ms(pct(missCreates, 50)), ms(pct(missCreates, 99)))}
 	b.ReportMetric(float64(burst)/el.Seconds(), "jobs/s")
 	b.ReportMetric(el.Seconds(), "serve-all-s")
 	b.ReportMetric(ms(row.p50), "job-p50-ms")
 	b.ReportMetric(ms(row.p99), "job-p99-ms")
+	b.ReportMetric(float64(nfailed), "jobs-failed")
 	b.ReportMetric(hits, "pool-hits")
 	b.ReportMetric(misses, "pool-misses")
 	b.ReportMetric(refill.Seconds(), "refilled-s")
