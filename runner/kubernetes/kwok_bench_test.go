@@ -538,6 +538,7 @@ func apiVerb(req *http.Request) (verb, res string) {
 // (all clients), its open watches by resource, and the processes' CPU.
 type kwokSnapshot struct {
 	runner, api, watches map[string]int
+	rejected             int // apiserver_request_total code 429: priority and fairness's rejections
 	cpu                  map[string]float64
 	at                   time.Time
 }
@@ -575,6 +576,9 @@ func kwokSnap(b *testing.B, adm kubernetes.Interface, cnt *apiCounter, procs []k
 		}
 		if m[1] == "apiserver_request_total" {
 			s.api[key] += int(v)
+			if l["code"] == "429" {
+				s.rejected += int(v)
+			}
 		} else if l["verb"] == "WATCH" {
 			s.watches[l["resource"]] += int(v)
 		}
@@ -662,7 +666,7 @@ func kwokPrint(nodes int, table []kwokRow, loads []kwokLoad) {
 			fmt.Fprintf(w, "  %-38s runner %7d (%7.1f/s)   apiserver %7d (%7.1f/s)\n", k, rn, float64(rn)/el, an, float64(an)/el)
 		}
 		rt, at := sumMap(l.after.runner)-sumMap(l.before.runner), sumMap(l.after.api)-sumMap(l.before.api)
-		fmt.Fprintf(w, "  %-38s runner %7d (%7.1f/s)   apiserver %7d (%7.1f/s)\n", "total", rt, float64(rt)/el, at, float64(at)/el)
+		fmt.Fprintf(w, "  %-38s runner %7d (%7.1f/s)   apiserver %7d (%7.1f/s), %d of them answered 429\n", "total", rt, float64(rt)/el, at, float64(at)/el, l.after.rejected-l.before.rejected)
 		fmt.Fprintf(w, "  watches: runner's peak open %d; apiserver's open at the end: %d (pods %d, secrets %d, nodes %d; the rest are the scheduler's and kwok's informers)\n",
 			l.peakWatches, sumMap(l.after.watches), l.after.watches["pods"], l.after.watches["secrets"], l.after.watches["nodes"])
 		var cpu []string
