@@ -48,6 +48,10 @@ type Runner struct {
 	host string // the apiserver's URL, for Dependencies
 	in   *hostside.Instance
 	hostside.ImageNames
+	// noDial makes Create return once the pod runs, without dialing the
+	// agent: the kwok benchmark's (BenchmarkKwok), whose pods run no
+	// agent. Set by tests only; no Config key reaches it.
+	noDial bool
 }
 
 // New connects to the cluster, applies the namespace's NetworkPolicy,
