@@ -24,7 +24,7 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	reaped, live, err := r.in.ReapFound(ctx, found, r.remove)
+	reaped, live, err := r.in.ReapFound(ctx, found, hostside.ProcOwner, r.remove)
 	return reaped, errors.Join(err, r.in.ReapStateDirs(live, func(dir string) error { return nil }))
 }
 
