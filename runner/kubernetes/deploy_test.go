@@ -147,6 +147,26 @@ func TestDeployManifests(t *testing.T) {
 	if *dep.Spec.Replicas != 1 || dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 		t.Errorf("SQLite: want 1 replica, Recreate; got %d, %s", *dep.Spec.Replicas, dep.Spec.Strategy.Type)
 	}
+	// The pod's own identity, for Config.OwnerPod (runner.kubernetes.pod_*),
+	// and the Role's get on pods that judging another replica's takes.
+	fields := map[string]string{}
+	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			fields[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	for env, path := range map[string]string{"SANDBOXD_POD_NAME": "metadata.name", "SANDBOXD_POD_NAMESPACE": "metadata.namespace", "SANDBOXD_POD_UID": "metadata.uid"} {
+		if fields[env] != path {
+			t.Errorf("sandboxd's env %s: field %q, want the downward API's %s", env, fields[env], path)
+		}
+	}
+	getPods := false
+	for _, rule := range findObj[*rbacv1.Role](t, ms, "sandboxd-runner").Rules {
+		getPods = getPods || (slices.Contains(rule.Resources, "pods") && slices.Contains(rule.Verbs, "get") && len(rule.ResourceNames) == 0)
+	}
+	if !getPods {
+		t.Error("the Role does not let sandboxd get pods (an owner pod of another replica)")
+	}
 	if sa := dep.Spec.Template.Spec.ServiceAccountName; sa != findObj[*corev1.ServiceAccount](t, ms, "sandboxd").Name {
 		t.Errorf("service account %q", sa)
 	}
