@@ -528,7 +528,12 @@ func TestDeployInCluster(t *testing.T) {
 		if req, lim := r.Requests.Cpu().MilliValue(), r.Limits.Cpu().MilliValue(); req != lim/10 {
 			t.Errorf("sandbox pod %s requests %dm of CPU, limit %dm: want a tenth", p.Name, req, lim)
 		}
+		// The Deployment's downward API: the owner is sandboxd's pod.
+		if got, want := p.Annotations[LabelOwnerPod], ns+"/"+pod.Name+"/"+string(pod.UID); got != want {
+			t.Errorf("sandbox pod %s: owner pod %q, want %q", p.Name, got, want)
+		}
 	}
+	t.Logf("%d sandbox pods of owner pod %s", len(sandboxes.Items), pod.Name)
 	// The pod spec's hostname, the code's uid (policy.CodeUID).
 	if got := strings.TrimSpace(job.Result.Process.Stdout); got != "sandbox 65534" {
 		t.Errorf("the code printed %q, want \"sandbox 65534\" (a sandbox pod's hostname and the code's uid)", got)
