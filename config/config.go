@@ -129,6 +129,11 @@ type KubernetesRunner struct {
 	SeccompFallback   bool   `yaml:"seccomp_fallback" env:"SANDBOXD_KUBERNETES_SECCOMP_FALLBACK" doc:"run pods with the runtime's default seccomp profile instead of the policy's Localhost ones (weaker; a warning at start), for nodes without the installed profiles"`
 	SandboxdCIDR      string `yaml:"sandboxd_cidr" env:"SANDBOXD_KUBERNETES_SANDBOXD_CIDR" default:"empty: sandboxd's own pods (app.kubernetes.io/name=sandboxd)" doc:"where sandboxd dials the agents from when it runs outside the cluster (the NetworkPolicy admits only it to the agent port)"`
 	CPURequestPercent int    `yaml:"cpu_request_percent" env:"SANDBOXD_KUBERNETES_CPU_REQUEST_PERCENT" check:"percent" default:"0: 100, the whole limit (Guaranteed QoS)" doc:"the share of a sandbox's CPU limit its pod requests from the scheduler (1-100): lower packs more sandboxes on a node (Burstable QoS), each still capped at its limit; memory is always requested whole"`
+	// PodName, PodNamespace and PodUID name the pod sandboxd runs in
+	// (kubernetes.Config.OwnerPod), from the downward API.
+	PodName      string `yaml:"pod_name" env:"SANDBOXD_POD_NAME" default:"empty: sandboxd runs outside the cluster" doc:"the pod sandboxd runs in (the downward API's metadata.name; pod_name, pod_namespace and pod_uid are set together or not at all): every sandbox pod and secret records it, and another sandboxd reaps them only once that pod is gone, terminated or of another uid, not by its process, which no other pod's pid namespace shows (several replicas in the cluster need it)"`
+	PodNamespace string `yaml:"pod_namespace" env:"SANDBOXD_POD_NAMESPACE" default:"empty: sandboxd runs outside the cluster" doc:"the namespace of sandboxd's pod (metadata.namespace; see pod_name); one other than namespace needs get on pods there for sandboxd's service account"`
+	PodUID       string `yaml:"pod_uid" env:"SANDBOXD_POD_UID" default:"empty: sandboxd runs outside the cluster" doc:"the uid of sandboxd's pod (metadata.uid; see pod_name): a pod made anew under the same name is another owner"`
 }
 
 // Queue sizes admission.

@@ -199,3 +199,29 @@ func TestPercentKey(t *testing.T) {
 		}
 	}
 }
+
+// runner.kubernetes.pod_name, pod_namespace and pod_uid come from their
+// environment variables (the Deployment's downward API) and are set all
+// three or none.
+func TestKubernetesPodKeys(t *testing.T) {
+	env := map[string]string{"SANDBOXD_POD_NAME": "sandboxd-7d9c-x2", "SANDBOXD_POD_NAMESPACE": "sandboxd", "SANDBOXD_POD_UID": "4fb30abd-bc88-4225-84ec-eec1e19308f7"}
+	c := Defaults()
+	c.DataDir = "/var/lib/sandboxd"
+	if err := c.ApplyEnv(func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if k := c.Runner.Kubernetes; k.PodName != env["SANDBOXD_POD_NAME"] || k.PodNamespace != "sandboxd" || k.PodUID != env["SANDBOXD_POD_UID"] {
+		t.Fatalf("from the environment: %+v", k)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.Runner.Kubernetes.PodUID = ""
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `runner.kubernetes.pod_name "sandboxd-7d9c-x2", pod_namespace "sandboxd", pod_uid "": set all three`) {
+		t.Fatalf("pod_uid missing: %v", err)
+	}
+	c.Runner.Kubernetes = KubernetesRunner{}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("none set: %v", err)
+	}
+}

@@ -128,6 +128,9 @@ func (c *Config) validate(bad func(string, ...any)) {
 			bad("runner.containerd.namespace %q: want letters, digits, '.', '_' or '-', at most 63 characters", ns)
 		}
 	}
+	if k := c.Runner.Kubernetes; (k.PodName == "") != (k.PodNamespace == "") || (k.PodName == "") != (k.PodUID == "") {
+		bad("runner.kubernetes.pod_name %q, pod_namespace %q, pod_uid %q: set all three (the downward API's metadata.name, metadata.namespace, metadata.uid) or none", k.PodName, k.PodNamespace, k.PodUID)
+	}
 	c.Limits.check(bad)
 	c.validateTurns(bad)
 	if ss := c.Sessions; ss.DefaultTTL > ss.MaxTTL {

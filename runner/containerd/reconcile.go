@@ -28,7 +28,7 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	reaped, live, err := r.host.ReapFound(ctx, found, r.remove)
+	reaped, live, err := r.host.ReapFound(ctx, found, hostside.ProcOwner, r.remove)
 	return reaped, errors.Join(err, r.reapSnapshots(ctx), r.host.ReapStateDirs(live, removeStateDir))
 }
 
@@ -101,7 +101,7 @@ func (r *Runner) reapSnapshots(ctx context.Context) error {
 	sn := r.c.SnapshotService(r.cfg.Snapshotter)
 	var orphans []string
 	err := sn.Walk(cctx, func(_ context.Context, info snapshots.Info) error {
-		if r.host.Orphan(info.Labels, info.Created) {
+		if r.host.Orphan(info.Labels, info.Created, hostside.ProcOwner) {
 			orphans = append(orphans, info.Name)
 		}
 		return nil

@@ -31,7 +31,7 @@ func (r *Runner) Reap(ctx context.Context) (int, error) {
 	for _, c := range list.Items {
 		found = append(found, hostside.Found{ID: c.ID, Labels: c.Labels, Created: time.Unix(c.Created, 0)})
 	}
-	reaped, live, err := r.host.ReapFound(ctx, found, r.removeContainer)
+	reaped, live, err := r.host.ReapFound(ctx, found, hostside.ProcOwner, r.removeContainer)
 	return reaped, errors.Join(err, r.host.ReapStateDirs(live, os.RemoveAll))
 }
 

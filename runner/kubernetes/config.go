@@ -71,6 +71,15 @@ type Config struct {
 	StateDir string
 	// InstanceID labels what this runner creates. Default random.
 	InstanceID string
+	// OwnerPod is the pod this sandboxd runs in, when it runs in the
+	// cluster (cmd/sandboxd: runner.kubernetes.pod_name, pod_namespace
+	// and pod_uid, from the downward API): every pod and secret the
+	// runner creates records it (LabelOwnerPod), and another instance
+	// judges them by that pod rather than by a process id it cannot see
+	// from its own pid namespace (Reap). Zero: outside the cluster, the
+	// owner is its process alone. Namespace, name and uid are all set or
+	// none; a namespace other than Namespace needs get on its pods.
+	OwnerPod OwnerPod
 	// Defaults fill zero limits of a SandboxSpec.
 	Defaults runner.Limits
 	// CPURequestPercent is the share of a sandbox's CPU limit its pod
@@ -97,6 +106,11 @@ func (c *Config) setDefaults() error {
 	}
 	if errs := validation.IsDNS1123Label(c.Namespace); len(errs) > 0 {
 		return fmt.Errorf("kubernetes: namespace %q: %v", c.Namespace, errs)
+	}
+	if !c.OwnerPod.IsZero() {
+		if err := c.OwnerPod.check(); err != nil {
+			return err
+		}
 	}
 	if c.Image == "" {
 		c.Image = DefaultImage

@@ -147,6 +147,26 @@ func TestDeployManifests(t *testing.T) {
 	if *dep.Spec.Replicas != 1 || dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 		t.Errorf("SQLite: want 1 replica, Recreate; got %d, %s", *dep.Spec.Replicas, dep.Spec.Strategy.Type)
 	}
+	// The pod's own identity, for Config.OwnerPod (runner.kubernetes.pod_*),
+	// and the Role's get on pods that judging another replica's takes.
+	fields := map[string]string{}
+	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			fields[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	for env, path := range map[string]string{"SANDBOXD_POD_NAME": "metadata.name", "SANDBOXD_POD_NAMESPACE": "metadata.namespace", "SANDBOXD_POD_UID": "metadata.uid"} {
+		if fields[env] != path {
+			t.Errorf("sandboxd's env %s: field %q, want the downward API's %s", env, fields[env], path)
+		}
+	}
+	getPods := false
+	for _, rule := range findObj[*rbacv1.Role](t, ms, "sandboxd-runner").Rules {
+		getPods = getPods || (slices.Contains(rule.Resources, "pods") && slices.Contains(rule.Verbs, "get") && len(rule.ResourceNames) == 0)
+	}
+	if !getPods {
+		t.Error("the Role does not let sandboxd get pods (an owner pod of another replica)")
+	}
 	if sa := dep.Spec.Template.Spec.ServiceAccountName; sa != findObj[*corev1.ServiceAccount](t, ms, "sandboxd").Name {
 		t.Errorf("service account %q", sa)
 	}
@@ -508,7 +528,12 @@ func TestDeployInCluster(t *testing.T) {
 		if req, lim := r.Requests.Cpu().MilliValue(), r.Limits.Cpu().MilliValue(); req != lim/10 {
 			t.Errorf("sandbox pod %s requests %dm of CPU, limit %dm: want a tenth", p.Name, req, lim)
 		}
+		// The Deployment's downward API: the owner is sandboxd's pod.
+		if got, want := p.Annotations[LabelOwnerPod], ns+"/"+pod.Name+"/"+string(pod.UID); got != want {
+			t.Errorf("sandbox pod %s: owner pod %q, want %q", p.Name, got, want)
+		}
 	}
+	t.Logf("%d sandbox pods of owner pod %s", len(sandboxes.Items), pod.Name)
 	// The pod spec's hostname, the code's uid (policy.CodeUID).
 	if got := strings.TrimSpace(job.Result.Process.Stdout); got != "sandbox 65534" {
 		t.Errorf("the code printed %q, want \"sandbox 65534\" (a sandbox pod's hostname and the code's uid)", got)

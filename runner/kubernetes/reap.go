@@ -16,15 +16,17 @@ const managedSelector = hostside.LabelManaged + "=true"
 
 // Reap implements runner.Reaper: it deletes, in the namespace, the pods
 // and secrets of sandboxes no live sandboxd holds (hostside.Instance.Orphan
-// on their labels and owner-proc annotation: this instance's that no open
-// Sandbox holds, other owners' whose process is dead), and the state dirs
-// of dead instances. The namespace's NetworkPolicy is shared and stays.
+// on their labels and owner annotations: this instance's that no open
+// Sandbox holds, other owners' whose pod has gone or terminated, or
+// without an owner pod whose process is dead: ownerCheck), and the state
+// dirs of dead instances. The namespace's NetworkPolicy is shared and
+// stays.
 func (r *Runner) Reap(ctx context.Context) (int, error) {
 	found, err := r.listSandboxes(ctx, managedSelector)
 	if err != nil {
 		return 0, err
 	}
-	reaped, live, err := r.in.ReapFound(ctx, found, r.remove)
+	reaped, live, err := r.in.ReapFound(ctx, found, r.ownerCheck(ctx), r.remove)
 	return reaped, errors.Join(err, r.in.ReapStateDirs(live, func(dir string) error { return nil }))
 }
 
@@ -71,14 +73,17 @@ func (r *Runner) listSandboxes(ctx context.Context, selector string) ([]hostside
 	return found, nil
 }
 
-// ownerLabels are an object's labels with its owner-proc annotation.
+// ownerLabels are an object's labels with its owner-proc and owner-pod
+// annotations.
 func ownerLabels(l, ann map[string]string) map[string]string {
 	out := maps.Clone(l)
 	if out == nil {
 		out = map[string]string{}
 	}
-	if v, ok := ann[hostside.LabelOwnerProc]; ok {
-		out[hostside.LabelOwnerProc] = v
+	for _, k := range []string{hostside.LabelOwnerProc, LabelOwnerPod} {
+		if v, ok := ann[k]; ok {
+			out[k] = v
+		}
 	}
 	return out
 }

@@ -59,6 +59,9 @@ func (r *Runner) StartPod(ctx context.Context, spec runner.SandboxSpec, limits r
 		delete(lbl, hostside.LabelOwnerProc)
 		ann[hostside.LabelOwnerProc] = v
 	}
+	if !r.cfg.OwnerPod.IsZero() {
+		ann[LabelOwnerPod] = r.cfg.OwnerPod.String()
+	}
 	sc, filter, err := r.seccomp(spec.Isolation)
 	if err != nil {
 		return nil, err

@@ -158,16 +158,32 @@ func (in *Instance) ObjectLabels(id string) map[string]string {
 	return l
 }
 
+// OwnerCheck judges whether the owner recorded in a managed object's
+// labels (another instance's) still runs; known is false when the labels
+// do not say. A runner whose objects record their owner otherwise than by
+// process (runner/kubernetes: by the sandboxd pod) passes its own to
+// Orphan and ReapFound; it must answer alive when in doubt.
+type OwnerCheck func(labels map[string]string) (alive, known bool)
+
+// ProcOwner is the default OwnerCheck: the owner-proc label's process
+// (OwnerAlive), which a sandboxd sharing the host's pid namespace can see.
+func ProcOwner(labels map[string]string) (alive, known bool) {
+	return OwnerAlive(labels[LabelOwnerProc])
+}
+
 // Orphan reports whether a managed object with these labels, created at
 // created, belongs to nobody: this instance's objects that it does not
-// hold, and other owners' whose process is dead (the owner-proc label; a
+// hold, and other owners' that owner (nil: ProcOwner) finds dead (a
 // concurrently running sandboxd sharing the daemon keeps its sandboxes).
-// Without that label, objects older than this instance are orphans.
-func (in *Instance) Orphan(labels map[string]string, created time.Time) bool {
+// When owner cannot tell, objects older than this instance are orphans.
+func (in *Instance) Orphan(labels map[string]string, created time.Time, owner OwnerCheck) bool {
 	if labels[LabelOwner] == in.ID {
 		return !in.Held(labels[LabelSandbox])
 	}
-	alive, known := OwnerAlive(labels[LabelOwnerProc])
+	if owner == nil {
+		owner = ProcOwner
+	}
+	alive, known := owner(labels)
 	if known {
 		return !alive
 	}
@@ -189,17 +205,18 @@ type Found struct {
 	Created time.Time
 }
 
-// ReapFound removes with remove the orphans among found (Orphan; remove
-// treats an object already going as removed, see Gone), gives their
-// workspaces back and logs them. It returns how many it reaped and the
-// owners that keep live sandboxes, whose state ReapStateDirs must keep.
-// One failure does not stop the others.
-func (in *Instance) ReapFound(ctx context.Context, found []Found, remove func(ctx context.Context, id string) error) (int, map[string]bool, error) {
+// ReapFound removes with remove the orphans among found (Orphan with
+// check, nil for ProcOwner; remove treats an object already going as
+// removed, see Gone), gives their workspaces back and logs them. It
+// returns how many it reaped and the owners that keep live sandboxes,
+// whose state ReapStateDirs must keep. One failure does not stop the
+// others.
+func (in *Instance) ReapFound(ctx context.Context, found []Found, check OwnerCheck, remove func(ctx context.Context, id string) error) (int, map[string]bool, error) {
 	var errs []error
 	reaped, live := 0, map[string]bool{}
 	for _, c := range found {
 		owner := c.Labels[LabelOwner]
-		if !in.Orphan(c.Labels, c.Created) {
+		if !in.Orphan(c.Labels, c.Created, check) {
 			live[owner] = true
 			continue
 		}

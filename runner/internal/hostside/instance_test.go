@@ -198,7 +198,48 @@ func TestOrphan(t *testing.T) {
 		{"other, unknown owner, old", map[string]string{LabelOwner: "x"}, old, true},
 		{"other, unknown owner, recent", map[string]string{LabelOwner: "x"}, recent, false},
 	} {
-		if got := in.Orphan(tc.labels, tc.created); got != tc.want {
+		for _, owner := range []OwnerCheck{nil, ProcOwner} {
+			if got := in.Orphan(tc.labels, tc.created, owner); got != tc.want {
+				t.Errorf("%s: orphan = %v, want %v", tc.name, got, tc.want)
+			}
+		}
+	}
+}
+
+// An OwnerCheck of the runner's own judges other owners in place of their
+// process; this instance's objects keep the held rule, and an owner it
+// cannot tell falls back to the age rule.
+func TestOrphanOwnerCheck(t *testing.T) {
+	t.Parallel()
+	in, err := NewInstance("test", shortTempDir(t), "me", "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.held["held"] = true
+	owner := func(l map[string]string) (alive, known bool) {
+		switch l["owner-pod"] {
+		case "live":
+			return true, true
+		case "dead":
+			return false, true
+		}
+		return false, false
+	}
+	old, recent := time.Now().Add(-time.Hour), time.Now()
+	for _, tc := range []struct {
+		name    string
+		labels  map[string]string
+		created time.Time
+		want    bool
+	}{
+		{"ours, held, pod says dead", map[string]string{LabelOwner: "me", LabelSandbox: "held", "owner-pod": "dead"}, old, false},
+		{"ours, not held, pod says live", map[string]string{LabelOwner: "me", LabelSandbox: "gone", "owner-pod": "live"}, recent, true},
+		{"other, live pod, dead proc", map[string]string{LabelOwner: "x", "owner-pod": "live", LabelOwnerProc: "999999999:1"}, old, false},
+		{"other, dead pod, live proc", map[string]string{LabelOwner: "x", "owner-pod": "dead", LabelOwnerProc: SelfProc()}, recent, true},
+		{"other, unknown, old", map[string]string{LabelOwner: "x"}, old, true},
+		{"other, unknown, recent", map[string]string{LabelOwner: "x"}, recent, false},
+	} {
+		if got := in.Orphan(tc.labels, tc.created, owner); got != tc.want {
 			t.Errorf("%s: orphan = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -220,7 +261,7 @@ func TestReapFound(t *testing.T) {
 		{ID: "c4", Labels: map[string]string{LabelOwner: "d", LabelOwnerProc: dead}},
 	}
 	var removed []string
-	n, live, err := in.ReapFound(t.Context(), found, func(_ context.Context, id string) error {
+	n, live, err := in.ReapFound(t.Context(), found, nil, func(_ context.Context, id string) error {
 		if id == "c2" {
 			return errors.New("busy")
 		}
