@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -466,6 +467,21 @@ func (c *Client) WriteFile(ctx context.Context, path string, data []byte, mode o
 func (c *Client) ListDir(ctx context.Context, path string) ([]FileInfo, error) {
 	f, err := c.do(ctx, &frame{Type: typeListDir, Path: path})
 	if err != nil {
+		return nil, err
+	}
+	return f.Files, nil
+}
+
+// ListTree lists everything below a directory in one request, each
+// entry named by its slash path relative to it, parents before their
+// children (symlinks listed, not followed; at most 20,000 entries).
+// ErrUnsupported from an agent older than the request: walk with ListDir.
+func (c *Client) ListTree(ctx context.Context, path string) ([]FileInfo, error) {
+	f, err := c.do(ctx, &frame{Type: typeListTree, Path: path})
+	if err != nil {
+		if re := (*RemoteError)(nil); errors.As(err, &re) && strings.HasPrefix(re.Msg, "unknown message type") {
+			return nil, fmt.Errorf("%w: %w", errors.ErrUnsupported, err)
+		}
 		return nil, err
 	}
 	return f.Files, nil

@@ -67,6 +67,12 @@ func (s *server) fileOp(f frame) *frame {
 			return errFrame(err)
 		}
 		return &frame{Type: typeResult, Files: files}
+	case typeListTree:
+		files, err := s.listTree(rel)
+		if err != nil {
+			return errFrame(err)
+		}
+		return &frame{Type: typeResult, Files: files}
 	case typeStat:
 		fi, err := s.root.Lstat(rel)
 		if err != nil {
@@ -202,6 +208,42 @@ func (s *server) listDir(rel string) ([]FileInfo, error) {
 	}
 	slices.SortFunc(out, func(a, b FileInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// listTree lists everything below the directory rel (not rel itself),
+// each entry named by its slash path relative to rel, parents before
+// their children; symlinks are listed, never followed. At most
+// maxListEntries in all.
+func (s *server) listTree(rel string) ([]FileInfo, error) {
+	sub, err := s.root.OpenRoot(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Close()
+	var out []FileInfo
+	err = fs.WalkDir(sub.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p != "." && errors.Is(err, fs.ErrNotExist) {
+				return nil // removed meanwhile
+			}
+			return err
+		}
+		if p == "." {
+			return nil
+		}
+		if len(out) == maxListEntries {
+			return fmt.Errorf("%s has more than %d entries", rel, maxListEntries)
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil // removed meanwhile
+		}
+		info := fileInfo(fi)
+		info.Name = p
+		out = append(out, info)
+		return nil
+	})
+	return out, err
 }
 
 func fileInfo(fi fs.FileInfo) FileInfo {

@@ -45,6 +45,20 @@ func TestFileOps(t *testing.T) {
 	if err != nil || len(list) != 2 || list[0].Name != "a" || !list[0].IsDir || list[1].Name != "empty" {
 		t.Errorf("ListDir = %+v, %v", list, err)
 	}
+	tree, err := c.ListTree(ctx, "")
+	var names []string
+	for _, f := range tree {
+		names = append(names, f.Name)
+	}
+	if err != nil || strings.Join(names, ",") != "a,a/b,a/b/c.txt,empty" || !tree[1].IsDir || tree[2].Size != 2 || tree[2].Mode.Perm() != 0o640 {
+		t.Errorf("ListTree = %+v, %v", tree, err)
+	}
+	if sub, err := c.ListTree(ctx, "a"); err != nil || len(sub) != 2 || sub[0].Name != "b" || sub[1].Name != "b/c.txt" {
+		t.Errorf("ListTree(a) = %+v, %v", sub, err)
+	}
+	if _, err := c.ListTree(ctx, "a/b/c.txt"); err == nil {
+		t.Error("ListTree of a file succeeded")
+	}
 	if _, err := c.ReadFile(ctx, "a/b/c.txt", 1); err == nil || !strings.Contains(err.Error(), "limit") {
 		t.Errorf("over max bytes: %v", err)
 	}
@@ -106,6 +120,14 @@ func TestFileOpsConfined(t *testing.T) {
 		if _, err := c.ListDir(ctx, p); err == nil {
 			t.Errorf("ListDir(%q) succeeded", p)
 		}
+		if _, err := c.ListTree(ctx, p); err == nil {
+			t.Errorf("ListTree(%q) succeeded", p)
+		}
+	}
+	// From the root the escaping symlinks are listed, not followed.
+	tree, err := c.ListTree(ctx, "")
+	if err != nil || len(tree) != 2 || tree[0].Name != "link" || tree[0].IsDir || tree[1].Name != "passwd" {
+		t.Errorf("ListTree with escaping symlinks = %+v, %v", tree, err)
 	}
 	if err := c.WriteFile(ctx, "link/new/file", []byte("x"), 0); err == nil {
 		t.Error("mkdir -p through an escaping symlink succeeded")

@@ -19,6 +19,7 @@ const (
 	typeReadFile  = "read_file"
 	typeWriteFile = "write_file"
 	typeListDir   = "list_dir"
+	typeListTree  = "list_tree"
 	typeStat      = "stat"
 	typeRemove    = "remove"
 	typeShutdown  = "shutdown"

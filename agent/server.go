@@ -236,7 +236,7 @@ func (c *connState) dispatch(ctx context.Context, wg *sync.WaitGroup, f frame) e
 	case typeOutput, typeResult, typeError:
 		return fmt.Errorf("%w: client sent %q", ErrProtocol, f.Type)
 	case typePing, typeExec, typePrestart, typeREPLWarm, typeCancel, typeREPL, typeReadFile, typeWriteFile,
-		typeListDir, typeStat, typeRemove, typeShutdown:
+		typeListDir, typeListTree, typeStat, typeRemove, typeShutdown:
 	default:
 		c.reply(&frame{ID: f.ID, Type: typeError, Error: fmt.Sprintf("unknown message type %q", f.Type)})
 		return nil
