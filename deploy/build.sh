@@ -19,6 +19,7 @@ mkdir -p bin
 CGO_ENABLED=0 go build -o bin/sandboxd ../cmd/sandboxd
 CGO_ENABLED=0 go build -o bin/sandbox-agent ../cmd/sandbox-agent
 CGO_ENABLED=0 go build -o bin/k8s-seccomp ../runner/kubernetes/cmd/k8s-seccomp
+CGO_ENABLED=0 go build -o bin/k8s-workspace ../runner/kubernetes/cmd/k8s-workspace
 for img in sandboxd/base:latest sandboxd/debian:bookworm; do
 	docker image inspect "$img" >/dev/null 2>&1 || { echo "build.sh: $img missing: run scripts/build-images.sh" >&2; exit 1; }
 done

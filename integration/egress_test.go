@@ -57,10 +57,14 @@ tenants:
 		{"docker-runsc", runtimeConfig("docker", "runsc") + tenants},
 		{"containerd", runtimeConfig("containerd", "") + tenants},
 		{"containerd-runsc", runtimeConfig("containerd", "runsc") + tenants},
+		{"kubernetes", ""}, // the pod's proxy connections carried to sandboxd's proxy over the agent
 	} {
 		t.Run(rc.name, func(t *testing.T) {
 			if strings.HasPrefix(rc.name, "docker") {
 				needDocker(t)
+			}
+			if rc.name == "kubernetes" {
+				rc.config = kubernetesConfig(t) + tenants
 			}
 			s := startServer(t, rc.config)
 			session := func(key string) string {

@@ -88,6 +88,21 @@ type AgentSandbox interface {
 	Agent() *agent.Client
 }
 
+// WorkspaceSyncer is implemented by sandboxes whose read-write workspace
+// is a copy inside the sandbox, kept in step with the host directory
+// (SandboxSpec.Workspace) rather than the host directory itself (the
+// Kubernetes runner's pods: the node is not sandboxd's host). Exec syncs
+// by itself; work done through AgentSandbox.Agent() does not: a caller
+// that changes or reads the workspace through the agent (a REPL cell, a
+// file operation) calls PushWorkspace before it, so that the host's
+// changes (uploads) reach the sandbox, and PullWorkspace after it, so
+// that the sandbox's changes, deletions included, reach the host. Both
+// are cheap when nothing changed (a listing, no file read).
+type WorkspaceSyncer interface {
+	PushWorkspace(ctx context.Context) error
+	PullWorkspace(ctx context.Context) error
+}
+
 // Prestarter is implemented by sandboxes that can start a process ahead of
 // its Exec (every agent backend): Prestart starts p now, and the first
 // Exec of the same process (Args, Env, Dir, the same output streaming,

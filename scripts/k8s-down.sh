@@ -62,7 +62,7 @@ if alive apiserver && alive kubelet && [ -s "$pki/admin.crt" ]; then
 fi
 
 # 2. Components, the node's first.
-stop kube-router kubelet
+stop kube-router kubelet workspace-csi
 stop sched kcm
 stop apiserver
 stop etcd

@@ -31,7 +31,12 @@
 #             The kubelet's root is mounted nosuid,nodev (the workspace
 #             emptyDir); runc runs through scripts/k8s/runc-masked.sh,
 #             which adds the policy's masked and read-only paths to each
-#             container (Kubernetes masks only its own list).
+#             container (Kubernetes masks only its own list). The
+#             workspace CSI driver workspace.sandboxd (this checkout's
+#             runner/kubernetes/cmd/k8s-workspace, on the host as root;
+#             its workspaces under $K8S_STATE/workspaces) gives each
+#             sandbox's workspace its own filesystem of the job's disk
+#             limits (env SANDBOXD_KUBERNETES_WORKSPACE_DRIVER).
 #   images    into the CRI containerd's k8s.io namespace, without a
 #             registry: docker.io/sandboxd/python:latest (the project's
 #             sandboxd/python, scripts/build-images.sh, plus the static
@@ -58,6 +63,7 @@ cache=${K8S_CACHE:-/var/cache/sandboxd/k8s}
 bin=$cache/bin
 cni_bin=$cache/cni
 pids_limit=${K8S_POD_PIDS_LIMIT:-64}
+ws_driver=workspace.sandboxd # wsvol.DefaultDriver
 wait_s=${K8S_WAIT:-120}
 quiet=""
 build_only=""
@@ -156,7 +162,7 @@ fi
 # This checkout's static agent, pause and seccomp writer (seconds when the
 # Go build cache is warm).
 mkdir -p "$state"/{build,logs,run,pki,etcd,cni/net.d,cni/ipam,containerd,kubelet/seccomp,kubelet/pki,images}
-(cd "$root" && CGO_ENABLED=0 go build -trimpath -o "$state/build/" ./cmd/sandbox-agent ./runner/kubernetes/cmd/k8s-pause ./runner/kubernetes/cmd/k8s-seccomp)
+(cd "$root" && CGO_ENABLED=0 go build -trimpath -o "$state/build/" ./cmd/sandbox-agent ./runner/kubernetes/cmd/k8s-pause ./runner/kubernetes/cmd/k8s-seccomp ./runner/kubernetes/cmd/k8s-workspace)
 mkdir -p "$state/bin"
 "$state/build/k8s-seccomp" "$state/kubelet/seccomp" "$state/bin/paths.json" >/dev/null
 # runc with the policy's masked and read-only paths (scripts/k8s/runc-masked.sh).
@@ -486,6 +492,22 @@ start sched "$bin/kube-scheduler" --kubeconfig="$pki/sched.kubeconfig" --authent
 	--authorization-kubeconfig="$pki/sched.kubeconfig" --bind-address=127.0.0.1 --secure-port=10359 --leader-elect=false
 start kubelet "$bin/kubelet" --config="$state/kubelet/config.yaml" --kubeconfig="$pki/kubelet.kubeconfig" \
 	--root-dir="$state/kubelet" --cert-dir="$state/kubelet/pki" --hostname-override="$node" --node-ip="$node_ip"
+# The workspace CSI driver's node plugin, on the host as root (what
+# deploy/kubernetes/workspace-csi/ runs as a privileged DaemonSet; this
+# apiserver admits no privileged pod). Run from a copy, so that a rebuild
+# never writes a running binary; a changed build restarts it.
+ws_bin=$state/bin/k8s-workspace
+if ! cmp -s "$state/build/k8s-workspace" "$ws_bin"; then
+	if alive workspace-csi "$ws_bin"; then
+		p=$(cat "$state/run/workspace-csi.pid")
+		kill "$p"
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		say "restarting workspace-csi (a new build)"
+	fi
+	cp "$state/build/k8s-workspace" "$ws_bin.tmp"
+	mv "$ws_bin.tmp" "$ws_bin"
+fi
+start workspace-csi "$ws_bin" --root="$state/workspaces" --kubelet-dir="$state/kubelet" --node-id="$node" --name="$ws_driver"
 node_ready() {
 	k GET "/api/v1/nodes/$node" 2>/dev/null | jq -e '(.status.conditions // [] | any(.type == "Ready" and .status == "True")) and ((.spec.taints // []) | length == 0)' >/dev/null 2>&1
 }
@@ -510,6 +532,11 @@ create() { # path json: POST unless it exists
 	fi
 }
 create /api/v1/namespaces "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"$ns\"}}"
+# The workspace driver's CSIDriver (as in deploy/kubernetes/workspace-csi/),
+# then the kubelet's registration of the plugin (its CSINode lists it).
+create /apis/storage.k8s.io/v1/csidrivers "{\"apiVersion\":\"storage.k8s.io/v1\",\"kind\":\"CSIDriver\",\"metadata\":{\"name\":\"$ws_driver\"},\"spec\":{\"attachRequired\":false,\"podInfoOnMount\":true,\"fsGroupPolicy\":\"None\",\"volumeLifecycleModes\":[\"Ephemeral\"]}}"
+ws_registered() { k GET "/apis/storage.k8s.io/v1/csinodes/$node" 2>/dev/null | jq -e --arg d "$ws_driver" '.spec.drivers // [] | any(.name == $d)' >/dev/null 2>&1; }
+until_ok "workspace driver $ws_driver" ws_registered
 runtime_class=""
 if [ -n "$runsc_runtime" ]; then
 	create /apis/node.k8s.io/v1/runtimeclasses '{"apiVersion":"node.k8s.io/v1","kind":"RuntimeClass","metadata":{"name":"gvisor"},"handler":"runsc"}'
@@ -521,6 +548,7 @@ export SANDBOXD_REQUIRE_KUBERNETES=1
 export SANDBOXD_KUBERNETES_NAMESPACE=$ns
 export SANDBOXD_KUBERNETES_IMAGE=sandboxd/python:latest
 export SANDBOXD_KUBERNETES_SANDBOXD_CIDR=$node_ip/32
+export SANDBOXD_KUBERNETES_WORKSPACE_DRIVER=$ws_driver
 EOF
 if [ -n "$runtime_class" ]; then
 	cat >>"$state/env.tmp" <<EOF

@@ -63,10 +63,11 @@ func newRunner(ctx context.Context, cfg *config.Config, defaults runner.Limits, 
 		kr, err := kubernetes.New(ctx, kubernetes.Config{
 			Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, Image: k.Image, RuntimeClass: k.RuntimeClass,
 			SeccompFallback: k.SeccompFallback, SandboxdCIDR: k.SandboxdCIDR, CPURequestPercent: k.CPURequestPercent,
-			OwnerPod: kubernetes.OwnerPod{Namespace: k.PodNamespace, Name: k.PodName, UID: k.PodUID},
-			StateDir: filepath.Join(cfg.DataDir, "kubernetes"),
-			Defaults: defaults,
-			Logger:   log,
+			WorkspaceDriver: k.WorkspaceDriver,
+			OwnerPod:        kubernetes.OwnerPod{Namespace: k.PodNamespace, Name: k.PodName, UID: k.PodUID},
+			StateDir:        filepath.Join(cfg.DataDir, "kubernetes"),
+			Defaults:        defaults,
+			Logger:          log,
 		})
 		if err != nil {
 			return nil, nil, err

@@ -130,13 +130,41 @@ func readOnlyBind(src, dst string) error {
 	if err := os.Mkdir(dst, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+	if err := Bind(src, dst, true); err != nil {
 		_ = os.Remove(dst)
 		return err
 	}
-	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		_ = unmountAndRemove(dst)
-		return err
+	return nil
+}
+
+// Bind mounts a nosuid, nodev bind of the workspace src at the existing
+// directory dst, read-only when readOnly: a second mount of the same
+// filesystem, which keeps it (and its loop device) alive after src is
+// released. On error nothing is mounted at dst.
+func Bind(src, dst string, readOnly bool) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", src, dst, err)
+	}
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
+	if readOnly {
+		flags |= unix.MS_RDONLY
+	}
+	if err := unix.Mount("", dst, "", flags, ""); err != nil {
+		_ = unmount(dst)
+		return fmt.Errorf("remount %s nosuid,nodev: %w", dst, err)
+	}
+	return nil
+}
+
+// Unbind unmounts dst (what Bind mounted), lazily when it is busy. Not
+// mounted is not an error.
+func Unbind(dst string) error {
+	err := unix.Unmount(dst, unix.UMOUNT_NOFOLLOW)
+	if errors.Is(err, unix.EBUSY) {
+		return unmount(dst)
+	}
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", dst, err)
 	}
 	return nil
 }

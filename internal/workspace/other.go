@@ -21,6 +21,12 @@ func (*fsMaker) make(context.Context, string, Limits) error { return errNotLinux
 
 func readOnlyBind(string, string) error { return errNotLinux }
 
+// Bind needs Linux.
+func Bind(string, string, bool) error { return errNotLinux }
+
+// Unbind needs Linux.
+func Unbind(string) error { return errNotLinux }
+
 func unmountAndRemove(dir string) error { return os.Remove(dir) }
 
 // Cleanup does nothing: nothing is ever mounted.

@@ -56,6 +56,7 @@ func clusterConfig(t testing.TB) Config {
 	return Config{
 		Kubeconfig: kc, Namespace: os.Getenv("SANDBOXD_KUBERNETES_NAMESPACE"), Image: os.Getenv("SANDBOXD_KUBERNETES_IMAGE"),
 		RuntimeClass: os.Getenv("SANDBOXD_KUBERNETES_RUNTIME_CLASS"), SandboxdCIDR: os.Getenv("SANDBOXD_KUBERNETES_SANDBOXD_CIDR"),
+		WorkspaceDriver:   os.Getenv("SANDBOXD_KUBERNETES_WORKSPACE_DRIVER"),
 		ReconcileInterval: -1,
 	}
 }
@@ -75,6 +76,10 @@ func newCluster(t testing.TB) *Runner {
 // TestConformance is runnertest against the real cluster.
 func TestConformance(t *testing.T) {
 	r := newCluster(t)
+	gaps := map[string]string{}
+	if r.cfg.WorkspaceDriver == "" {
+		gaps["DiskLimits"] = "no workspace driver (SANDBOXD_KUBERNETES_WORKSPACE_DRIVER): an emptyDir's sizeLimit is enforced by the kubelet's eviction, not as ENOSPC, and Kubernetes has no inode limit"
+	}
 	runnertest.Run(t, runnertest.Factory{
 		New:             func(t *testing.T) runner.Runner { return r },
 		DropsPrivileges: true,
@@ -83,11 +88,7 @@ func TestConformance(t *testing.T) {
 			runnertest.LeakTmpfsInodes: "the kubelet mounts memory-backed emptyDirs (/tmp, /dev/shm) with a size only: Kubernetes has no inode limit, so their files are bounded by the pod's memory limit",
 			runnertest.LeakNetDevice:   "the pod's eth0 carries the agent's TCP listener (sandboxd dials the pod IP); the code cannot use it: no inet, netlink or packet socket without the http effect (seccomp), no route out, and the NetworkPolicy denies all egress",
 		},
-		KnownGaps: map[string]string{
-			"DiskLimits":      "an emptyDir's sizeLimit is enforced by the kubelet's eviction, not as ENOSPC, and Kubernetes has no inode limit: the workspace needs a volume with a filesystem quota",
-			"AgentFiles":      "file operations through Agent() change the pod's copy of the workspace, which the runner copies back only after an Exec: deletions and new files do not reach the host",
-			"AgentFilesOwned": "as AgentFiles: the ownership of files written through Agent() does not reach the host's copy of the workspace",
-		},
+		KnownGaps: gaps,
 	})
 }
 

@@ -90,6 +90,13 @@ type Config struct {
 	// its limit; memory is always requested whole (it cannot be taken
 	// back from a sandbox without killing it).
 	CPURequestPercent int
+	// WorkspaceDriver names the CSI driver of the workspace volumes
+	// (k8s-workspace, runner/kubernetes/internal/wscsi: each workspace
+	// its own filesystem of the job's disk_bytes and disk_inodes, ENOSPC
+	// inside the pod when full). "": an emptyDir with a sizeLimit, which
+	// only the kubelet's eviction enforces, after the fact, and with no
+	// inode limit (a warning at start).
+	WorkspaceDriver string
 	// TmpBytes caps /tmp and /dev/shm (memory-backed emptyDirs). Default
 	// 64 MiB.
 	TmpBytes int64

@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -42,6 +43,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/kubernetes/internal/wsvol"
 )
 
 // The manifests of deploy/kubernetes: sandboxd itself in the cluster.
@@ -56,11 +58,11 @@ type manifest struct {
 // decodeManifests decodes every document of every manifest strictly
 // (client-go's scheme: an unknown or duplicate field, an unknown kind
 // fails).
-func decodeManifests(t *testing.T) []manifest {
+func decodeManifests(t *testing.T, dir string) []manifest {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(manifestDir, "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in %s: %v", manifestDir, err)
+		t.Fatalf("no manifests in %s: %v", dir, err)
 	}
 	dec := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	var out []manifest
@@ -119,7 +121,7 @@ func findObj[T runtime.Object](t *testing.T, ms []manifest, name string) T {
 // manifests' namespace, the Deployment's pods carry the label the policy
 // admits, the installer writes to the kubelet's seccomp root.
 func TestDeployManifests(t *testing.T) {
-	ms := decodeManifests(t)
+	ms := decodeManifests(t, manifestDir)
 	ns := findObj[*corev1.Namespace](t, ms, DefaultNamespace)
 	for _, m := range ms {
 		o := m.Obj.(metav1.Object)
@@ -190,6 +192,69 @@ func TestDeployManifests(t *testing.T) {
 	}
 }
 
+// TestDeployWorkspaceCSI (no cluster): the optional workspace driver's
+// manifests decode strictly and agree with the runner and the image: the
+// CSIDriver of wsvol.DefaultDriver serves inline volumes only, needs no
+// attach and changes no ownership; the node plugin is the image's binary
+// with only flags it has, privileged (loop devices, mounts) with the
+// kubelet's directory mounted Bidirectional where --kubelet-dir says, in a
+// namespace of its own that admits it; the config names the driver for
+// the operator to enable.
+func TestDeployWorkspaceCSI(t *testing.T) {
+	ms := decodeManifests(t, filepath.Join(manifestDir, "workspace-csi"))
+	d := findObj[*storagev1.CSIDriver](t, ms, wsvol.DefaultDriver)
+	// podInfoOnMount: only then does the kubelet add the
+	// csi.storage.k8s.io/ephemeral attribute the driver requires.
+	if s := d.Spec; s.AttachRequired == nil || *s.AttachRequired || s.PodInfoOnMount == nil || !*s.PodInfoOnMount || !slices.Equal(s.VolumeLifecycleModes, []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}) ||
+		s.FSGroupPolicy == nil || *s.FSGroupPolicy != storagev1.NoneFSGroupPolicy {
+		t.Errorf("CSIDriver spec %+v", s)
+	}
+	ds := findObj[*appsv1.DaemonSet](t, ms, "sandboxd-workspace")
+	ns := findObj[*corev1.Namespace](t, ms, ds.Namespace)
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("namespace %s does not admit the privileged plugin: %v", ns.Name, ns.Labels)
+	}
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	dockerfile, err := os.ReadFile("../../deploy/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Command) != 1 || !strings.Contains(string(dockerfile), "COPY bin/k8s-workspace "+c.Command[0]+"\n") {
+		t.Errorf("command %v is not the image's k8s-workspace", c.Command)
+	}
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Errorf("the plugin is not privileged: %+v", c.SecurityContext)
+	}
+	args := map[string]string{}
+	for _, a := range c.Args {
+		k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !ok || !slices.Contains([]string{"root", "kubelet-dir", "node-id", "max-bytes", "name"}, k) {
+			t.Errorf("argument %q: k8s-workspace has no such flag (or it lacks =value)", a)
+		}
+		args[k] = v
+	}
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	kubeletMounted := false
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == args["kubelet-dir"] && hostPaths[m.Name] == args["kubelet-dir"] && m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationBidirectional {
+			kubeletMounted = true
+		}
+	}
+	if !kubeletMounted || args["root"] == "" {
+		t.Errorf("the kubelet's directory %q is not mounted Bidirectional at the same path (mounts %+v), or no --root", args["kubelet-dir"], c.VolumeMounts)
+	}
+	cm := findObj[*corev1.ConfigMap](t, decodeManifests(t, manifestDir), "sandboxd-config")
+	if !strings.Contains(cm.Data["sandboxd.yaml"], "workspace_driver: "+wsvol.DefaultDriver+"\n") {
+		t.Errorf("the config does not name the driver %s", wsvol.DefaultDriver)
+	}
+}
+
 // deployEnv is what TestDeployInCluster needs besides the cluster: docker
 // (to build the sandboxd image), ctr and the node's containerd socket (to
 // load it), the kubelet's seccomp root.
@@ -248,7 +313,7 @@ func buildImage(t *testing.T, e deployEnv, tag string) {
 	}
 	ctxDir := t.TempDir()
 	run(t, root, []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-o", filepath.Join(ctxDir, "bin")+"/",
-		"./cmd/sandboxd", "./cmd/sandbox-agent", "./runner/kubernetes/cmd/k8s-seccomp")
+		"./cmd/sandboxd", "./cmd/sandbox-agent", "./runner/kubernetes/cmd/k8s-seccomp", "./runner/kubernetes/cmd/k8s-workspace")
 	for _, f := range []string{"Dockerfile", "entrypoint.sh"} {
 		b, err := os.ReadFile(filepath.Join(root, "deploy", f))
 		if err != nil {
@@ -336,6 +401,11 @@ func adaptForTestCluster(t *testing.T, ms []manifest, ns, image, apiHost, apiPor
 				// each requests a tenth of its CPU limit, so that the
 				// job's own pod is schedulable beside them.
 				corev1.EnvVar{Name: "SANDBOXD_KUBERNETES_CPU_REQUEST_PERCENT", Value: "10"})
+			// The node's workspace driver (scripts/k8s-setup.sh runs
+			// it on the host, as workspace-csi/ would in a DaemonSet).
+			if d := os.Getenv("SANDBOXD_KUBERNETES_WORKSPACE_DRIVER"); d != "" {
+				c.Env = append(c.Env, corev1.EnvVar{Name: "SANDBOXD_KUBERNETES_WORKSPACE_DRIVER", Value: d})
+			}
 			for i := range c.Ports {
 				switch c.Ports[i].Name {
 				case "http":
@@ -434,7 +504,7 @@ func TestDeployInCluster(t *testing.T) {
 	ns := "sbxdeploy-" + suffix
 	image := "sandboxd/sandboxd:deploytest-" + suffix
 	port, metricsPort := freePort(t, nodeIP), freePort(t, "127.0.0.1")
-	ms := decodeManifests(t)
+	ms := decodeManifests(t, manifestDir)
 	adaptForTestCluster(t, ms, ns, image, api.Hostname(), api.Port(), nodeIP, cfg.SandboxdCIDR, e.seccompDir, port, metricsPort)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)

@@ -17,9 +17,11 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/kubernetes/internal/wsvol"
 )
 
 // Paths inside a sandbox pod.
@@ -75,6 +77,8 @@ type podInput struct {
 	TmpBytes int64
 	// CPURequestPercent is Config.CPURequestPercent (0: 100).
 	CPURequestPercent int
+	// WorkspaceDriver is Config.WorkspaceDriver.
+	WorkspaceDriver string
 }
 
 // agentCaps are the agent's capabilities in Kubernetes' spelling (no
@@ -132,12 +136,7 @@ func buildPod(in podInput) *corev1.Pod {
 	ephemeral := int64(64 << 20) // the container's writable layer (none: read-only root) and logs
 	mode := in.Spec.Isolation.Workspace
 	if mode != runner.WorkspaceNone {
-		ws := corev1.EmptyDirVolumeSource{}
-		if l.DiskBytes > 0 {
-			ws.SizeLimit = resource.NewQuantity(l.DiskBytes, resource.BinarySI)
-			ephemeral += l.DiskBytes
-		}
-		volumes = append(volumes, corev1.Volume{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &ws}})
+		volumes = append(volumes, corev1.Volume{Name: "workspace", VolumeSource: workspaceVolume(in.WorkspaceDriver, l, &ephemeral)})
 		mounts = append(mounts, corev1.VolumeMount{Name: "workspace", MountPath: runner.WorkspaceDir, ReadOnly: mode == runner.WorkspaceReadOnly})
 		fillMounts = append(fillMounts, corev1.VolumeMount{Name: "workspace", MountPath: runner.WorkspaceDir})
 	}
@@ -204,6 +203,24 @@ func buildPod(in podInput) *corev1.Pod {
 		pod.Spec.RuntimeClassName = ptr(in.RuntimeClass)
 	}
 	return pod
+}
+
+// workspaceVolume is the workspace's volume: with a workspace driver, its
+// CSI inline volume of the limits' disk_bytes and disk_inodes (the
+// workspace defaults where zero), its own filesystem outside the node's
+// ephemeral storage; without, an emptyDir of disk_bytes, which counts
+// toward the pod's ephemeral-storage (adds it to *ephemeral).
+func workspaceVolume(driver string, l runner.Limits, ephemeral *int64) corev1.VolumeSource {
+	if driver != "" {
+		return corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: driver,
+			VolumeAttributes: wsvol.Attributes(workspace.Limits{Bytes: l.DiskBytes, Inodes: l.DiskInodes})}}
+	}
+	ws := corev1.EmptyDirVolumeSource{}
+	if l.DiskBytes > 0 {
+		ws.SizeLimit = resource.NewQuantity(l.DiskBytes, resource.BinarySI)
+		*ephemeral += l.DiskBytes
+	}
+	return corev1.VolumeSource{EmptyDir: &ws}
 }
 
 // buildSecret is a sandbox's Secret: its token and the code's seccomp

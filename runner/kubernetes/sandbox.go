@@ -74,6 +74,7 @@ func (r *Runner) StartPod(ctx context.Context, spec runner.SandboxSpec, limits r
 		Name: p.Name, Namespace: r.cfg.Namespace, Spec: spec, Limits: limits, Labels: lbl, Annotations: ann,
 		Image: img, AgentBinary: r.cfg.AgentBinary, AgentPort: r.cfg.AgentPort, RuntimeClass: r.cfg.RuntimeClass,
 		Seccomp: sc, TmpBytes: r.cfg.TmpBytes, CPURequestPercent: r.cfg.CPURequestPercent,
+		WorkspaceDriver: r.cfg.WorkspaceDriver,
 	})
 	cctx, cancel := context.WithTimeout(ctx, hostside.CreateTimeout)
 	defer cancel()
@@ -128,7 +129,7 @@ func (p *Pod) FillWorkspace(ctx context.Context, dir string) error {
 	if err != nil {
 		return hostside.CtxOr(ctx, fmt.Errorf("workspace fill agent did not answer: %w: %w", runner.ErrUnavailable, err))
 	}
-	err = syncIn(ctx, cl, dir)
+	err = newMirror(dir).push(ctx, cl)
 	if err == nil {
 		err = cl.Shutdown(actx)
 	}
@@ -278,6 +279,9 @@ type Sandbox struct {
 	// NetworkEgress: the reverse connections' listener and pump.
 	egress     *chanListener
 	stopEgress context.CancelFunc
+	// ws keeps a read-write workspace and the host's copy in step (nil
+	// otherwise).
+	ws *mirror
 
 	mu     sync.Mutex
 	closed bool
@@ -334,7 +338,8 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 		}()
 	}
 	if spec.Isolation.Workspace == runner.WorkspaceReadWrite {
-		if err := syncIn(ctx, cl, spec.Workspace); err != nil {
+		s.ws = newMirror(spec.Workspace)
+		if err := s.ws.push(ctx, cl); err != nil {
 			return nil, fmt.Errorf("create sandbox %s: copy workspace in: %w", spec.ID, err)
 		}
 	}
@@ -362,7 +367,8 @@ func (s *Sandbox) Prestart(ctx context.Context, p runner.Process) error {
 }
 
 // Exec implements runner.Sandbox: the agent runs the process; a
-// read-write workspace is copied back to the host after it.
+// read-write workspace gets the host's changes before it and gives the
+// pod's back after it (PushWorkspace, PullWorkspace).
 func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, error) {
 	if err := hostside.CanExec(ctx, s.id, s.isClosed()); err != nil {
 		return runner.Result{}, err
@@ -370,6 +376,9 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	req, onOutput, err := hostside.ExecRequest(p, s.limits, s.spec.Isolation.Workspace)
 	if err != nil {
 		return runner.Result{}, err
+	}
+	if err := s.PushWorkspace(ctx); err != nil {
+		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, err)
 	}
 	ar, err := s.client.Exec(ctx, req, onOutput)
 	if err != nil {
@@ -379,12 +388,35 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w", s.id, runner.ErrUnavailable, err)
 	}
 	res := hostside.ExecResult(ar, req, s.limits, nil, hostside.Sample{}, hostside.Sample{})
-	if s.spec.Isolation.Workspace == runner.WorkspaceReadWrite {
-		if err := syncOut(ctx, s.client, s.spec.Workspace); err != nil {
-			return runner.Result{}, fmt.Errorf("exec in sandbox %s: copy workspace out: %w", s.id, err)
-		}
+	if err := s.PullWorkspace(ctx); err != nil {
+		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, err)
 	}
 	return res, nil
+}
+
+// PushWorkspace implements runner.WorkspaceSyncer: the host workspace's
+// changes since the last sync reach the pod's (a read-only or no
+// workspace: nothing).
+func (s *Sandbox) PushWorkspace(ctx context.Context) error {
+	if s.ws == nil {
+		return nil
+	}
+	if err := s.ws.push(ctx, s.client); err != nil {
+		return fmt.Errorf("copy workspace in: %w", err)
+	}
+	return nil
+}
+
+// PullWorkspace implements runner.WorkspaceSyncer: the pod workspace's
+// changes since the last sync, deletions included, reach the host's.
+func (s *Sandbox) PullWorkspace(ctx context.Context) error {
+	if s.ws == nil {
+		return nil
+	}
+	if err := s.ws.pull(ctx, s.client); err != nil {
+		return fmt.Errorf("copy workspace out: %w", err)
+	}
+	return nil
 }
 
 // Stats implements runner.Sandbox. The pod's cgroup is the node's; not

@@ -20,8 +20,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/internal/workspace"
 	"github.com/sandboxd/sandboxd/runner"
 	"github.com/sandboxd/sandboxd/runner/internal/hostside"
+	"github.com/sandboxd/sandboxd/runner/kubernetes/internal/wsvol"
 	"github.com/sandboxd/sandboxd/runner/runnertest"
 )
 
@@ -514,5 +516,126 @@ func TestBuildPodWorkspaceModes(t *testing.T) {
 	}
 	if len(none.Spec.InitContainers) != 0 {
 		t.Fatalf("none: init containers %v", none.Spec.InitContainers)
+	}
+}
+
+// TestBuildPodWorkspaceDriver: with a workspace driver the workspace is
+// its CSI inline volume of the job's disk_bytes and disk_inodes (the
+// workspace defaults where zero), and the pod's ephemeral-storage no
+// longer counts it; the read-only mode's fill container shares it.
+func TestBuildPodWorkspaceDriver(t *testing.T) {
+	build := func(l runner.Limits, mode runner.WorkspaceMode, driver string) *corev1.Pod {
+		return buildPod(podInput{Name: "sandbox-x", Namespace: "sb", Spec: runner.SandboxSpec{Isolation: runnertest.Isolation(mode, runner.NetworkEgress)},
+			Limits: hostside.MergeLimits(l, hostside.DefaultLimits), Image: "img", AgentBinary: hostside.AgentBinary, AgentPort: 7777,
+			Seccomp: corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}, WorkspaceDriver: driver})
+	}
+	volume := func(p *corev1.Pod) corev1.Volume {
+		for _, v := range p.Spec.Volumes {
+			if v.Name == "workspace" {
+				return v
+			}
+		}
+		t.Fatal("no workspace volume")
+		return corev1.Volume{}
+	}
+	p := build(runner.Limits{DiskBytes: 32 << 20, DiskInodes: 512}, runner.WorkspaceReadWrite, wsvol.DefaultDriver)
+	v := volume(p)
+	if v.CSI == nil || v.EmptyDir != nil || v.CSI.Driver != wsvol.DefaultDriver {
+		t.Fatalf("workspace volume %+v", v.VolumeSource)
+	}
+	if got, err := wsvol.Parse(v.CSI.VolumeAttributes, 0); err != nil || got != (workspace.Limits{Bytes: 32 << 20, Inodes: 512}) {
+		t.Fatalf("volume attributes %v: %+v, %v", v.CSI.VolumeAttributes, got, err)
+	}
+	plain := build(runner.Limits{DiskBytes: 32 << 20, DiskInodes: 512}, runner.WorkspaceReadWrite, "")
+	if e, pe := p.Spec.Containers[0].Resources.Limits.StorageEphemeral().Value(), plain.Spec.Containers[0].Resources.Limits.StorageEphemeral().Value(); pe-e != 32<<20 {
+		t.Fatalf("ephemeral-storage with the driver %d, with an emptyDir %d: want the workspace's 32 MiB less", e, pe)
+	}
+	if v := volume(plain); v.EmptyDir == nil || v.EmptyDir.SizeLimit.Value() != 32<<20 {
+		t.Fatalf("without a driver: %+v", v.VolumeSource)
+	}
+	def := volume(build(runner.Limits{}, runner.WorkspaceReadWrite, "w.example"))
+	if got, err := wsvol.Parse(def.CSI.VolumeAttributes, 0); err != nil || got != (workspace.Limits{}).Effective() || def.CSI.Driver != "w.example" {
+		t.Fatalf("default limits: %+v %v, %v", def.CSI, got, err)
+	}
+	ro := build(runner.Limits{DiskBytes: 32 << 20}, runner.WorkspaceReadOnly, wsvol.DefaultDriver)
+	checkReadOnlyPod(t, ro)
+	if volume(ro).CSI == nil {
+		t.Fatal("read-only: no CSI workspace")
+	}
+}
+
+// TestFakeWorkspaceMirror: the mirror's three-way cases without a
+// cluster: a path that changes kind on either side (file to directory,
+// directory to file), a deletion of a whole tree on either side, and a
+// file changed only on one side kept through the other's sync.
+func TestFakeWorkspaceMirror(t *testing.T) {
+	cs, port := fakeCluster(t)
+	r := newFake(t, cs, port, nil)
+	ws := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(ws, "tree", "a"), 0o755))
+	must(os.WriteFile(filepath.Join(ws, "tree", "a", "f"), []byte("1"), 0o644))
+	must(os.WriteFile(filepath.Join(ws, "x"), []byte("file"), 0o644))
+	must(os.WriteFile(filepath.Join(ws, "host-only"), []byte("h0"), 0o644))
+	sb, err := r.Create(t.Context(), runner.SandboxSpec{Workspace: ws, Isolation: runnertest.Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
+	must(err)
+	defer sb.Close(context.Background())
+	k := sb.(*Sandbox)
+	cl := k.Agent()
+	ctx := t.Context()
+	must(k.PullWorkspace(ctx)) // the base learns the pod's mtimes and directories
+
+	// In the pod: x becomes a directory, tree goes.
+	must(cl.Remove(ctx, "x", false))
+	must(cl.WriteFile(ctx, "x/inner", []byte("in"), 0o644))
+	must(cl.Remove(ctx, "tree", true))
+	// On the host meanwhile: host-only changes.
+	must(os.WriteFile(filepath.Join(ws, "host-only"), []byte("h1"), 0o644))
+	must(k.PullWorkspace(ctx))
+	if b, err := os.ReadFile(filepath.Join(ws, "x", "inner")); err != nil || string(b) != "in" {
+		t.Errorf("host x/inner: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "tree")); !os.IsNotExist(err) {
+		t.Errorf("host tree/ after the pod removed it: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "host-only")); string(b) != "h1" {
+		t.Errorf("a pull overwrote the host's own change: %q", b)
+	}
+	must(k.PushWorkspace(ctx))
+	if b, err := cl.ReadFile(ctx, "host-only", 0); err != nil || string(b) != "h1" {
+		t.Errorf("pod host-only after a push: %q, %v", b, err)
+	}
+
+	// On the host: x becomes a file again, and a new tree appears.
+	must(os.RemoveAll(filepath.Join(ws, "x")))
+	must(os.WriteFile(filepath.Join(ws, "x"), []byte("file again"), 0o600))
+	must(os.MkdirAll(filepath.Join(ws, "new", "deep"), 0o755))
+	must(os.WriteFile(filepath.Join(ws, "new", "deep", "g"), []byte("g"), 0o644))
+	must(k.PushWorkspace(ctx))
+	if b, err := cl.ReadFile(ctx, "x", 0); err != nil || string(b) != "file again" {
+		t.Errorf("pod x after the host made it a file: %q, %v", b, err)
+	}
+	if fi, err := cl.Stat(ctx, "x"); err != nil || fi.Mode.Perm() != 0o600 {
+		t.Errorf("pod x mode: %+v, %v", fi, err)
+	}
+	if b, err := cl.ReadFile(ctx, "new/deep/g", 0); err != nil || string(b) != "g" {
+		t.Errorf("pod new/deep/g: %q, %v", b, err)
+	}
+	// A pull now changes nothing on the host, and the host's removal of
+	// a whole tree reaches the pod.
+	must(k.PullWorkspace(ctx))
+	must(os.RemoveAll(filepath.Join(ws, "new")))
+	must(k.PushWorkspace(ctx))
+	if _, err := cl.Stat(ctx, "new"); err == nil {
+		t.Error("pod new/ after the host removed it")
+	}
+	must(k.PullWorkspace(ctx))
+	if _, err := os.Stat(filepath.Join(ws, "new")); !os.IsNotExist(err) {
+		t.Errorf("host new/ came back: %v", err)
 	}
 }

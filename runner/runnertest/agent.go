@@ -451,6 +451,7 @@ func (s *suite) testAgentFilesOwned(t *testing.T) {
 	if err := as.Agent().WriteFile(t.Context(), "deep/er/f.txt", []byte("x"), 0o640); err != nil {
 		t.Fatal(err)
 	}
+	pull(t, sb)
 	for _, p := range []string{"deep", "deep/er", "deep/er/f.txt"} {
 		fi, err := os.Lstat(filepath.Join(ws, p))
 		if err != nil {

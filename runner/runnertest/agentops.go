@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/agent"
+	"github.com/sandboxd/sandboxd/policy"
 	"github.com/sandboxd/sandboxd/runner"
 )
 
@@ -25,6 +26,97 @@ func (s *suite) agentSandbox(t *testing.T, spec runner.SandboxSpec) (runner.Sand
 	as, ok := sb.(runner.AgentSandbox)
 	s.need(t, ok, "the sandbox agent (runner.AgentSandbox)")
 	return sb, as.Agent()
+}
+
+// pull brings what the agent changed in sb's workspace to the host, for
+// a sandbox whose workspace is a copy (runner.WorkspaceSyncer; on the
+// others it is the host directory itself), as the job service does after
+// each agent call; push the other way, as it does before.
+func pull(t *testing.T, sb runner.Sandbox) {
+	t.Helper()
+	if ws, ok := sb.(runner.WorkspaceSyncer); ok {
+		if err := ws.PullWorkspace(t.Context()); err != nil {
+			t.Fatalf("PullWorkspace: %v", err)
+		}
+	}
+}
+
+func push(t *testing.T, sb runner.Sandbox) {
+	t.Helper()
+	if ws, ok := sb.(runner.WorkspaceSyncer); ok {
+		if err := ws.PushWorkspace(t.Context()); err != nil {
+			t.Fatalf("PushWorkspace: %v", err)
+		}
+	}
+}
+
+// testWorkspaceSync: the host's workspace and the sandbox's are one, up
+// to the sync points of a sandbox whose workspace is a copy: a file put
+// on the host after Create, a change and a deletion reach the next Exec;
+// what the code writes, changes, deletes and the directories it makes
+// reach the host after the Exec (or, through the agent, after a pull);
+// files untouched on one side are not overwritten by the other's stale
+// copy.
+func (s *suite) testWorkspaceSync(t *testing.T) {
+	ws := workspace(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(ws, "keep.txt"), []byte("host 0"), 0o644))
+	must(os.WriteFile(filepath.Join(ws, "gone.txt"), []byte("x"), 0o644))
+	sb, c := s.agentSandbox(t, runner.SandboxSpec{Workspace: ws, Isolation: Isolation(runner.WorkspaceReadWrite, runner.NetworkNone)})
+	// Host changes after Create: a new file in a new directory, a change
+	// of the same size, a deletion.
+	must(os.MkdirAll(filepath.Join(ws, "up"), 0o755))
+	must(os.WriteFile(filepath.Join(ws, "up", "new.txt"), []byte("uploaded"), 0o644))
+	if os.Geteuid() == 0 { // as the job service gives uploads to the code's user
+		for _, p := range []string{"up", "up/new.txt"} {
+			must(os.Lchown(filepath.Join(ws, p), policy.CodeUID, policy.CodeGID))
+		}
+	}
+	must(os.WriteFile(filepath.Join(ws, "keep.txt"), []byte("host 1"), 0o644))
+	must(os.Remove(filepath.Join(ws, "gone.txt")))
+	res := s.sh(t, sb, "cat up/new.txt keep.txt; ls gone.txt 2>/dev/null; echo code > made.txt; mkdir -p d/e; echo deep > d/e/f.txt; echo changed > up/new.txt; rm keep.txt")
+	mustOK(t, res)
+	if string(res.Stdout) != "uploadedhost 1" {
+		t.Errorf("the sandbox saw %q; want the host's changes (\"uploadedhost 1\", no gone.txt)", res.Stdout)
+	}
+	for p, want := range map[string]string{"made.txt": "code\n", "d/e/f.txt": "deep\n", "up/new.txt": "changed\n"} {
+		if b, err := os.ReadFile(filepath.Join(ws, p)); err != nil || string(b) != want {
+			t.Errorf("host %s: %q, %v; want %q", p, b, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ws, "keep.txt")); !os.IsNotExist(err) {
+		t.Errorf("host keep.txt after the code removed it: %v", err)
+	}
+	// Through the agent: a write and a removal reach the host after a
+	// pull; a host change after it reaches the agent after a push, and
+	// what only the sandbox changed meanwhile is kept.
+	must(c.WriteFile(t.Context(), "agent.txt", []byte("agent"), 0o644))
+	must(c.Remove(t.Context(), "d", true))
+	pull(t, sb)
+	if b, err := os.ReadFile(filepath.Join(ws, "agent.txt")); err != nil || string(b) != "agent" {
+		t.Errorf("host agent.txt: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "d")); !os.IsNotExist(err) {
+		t.Errorf("host d/ after the agent removed it: %v", err)
+	}
+	must(os.WriteFile(filepath.Join(ws, "made.txt"), []byte("host again"), 0o644))
+	must(c.WriteFile(t.Context(), "agent.txt", []byte("agent again"), 0o644))
+	push(t, sb)
+	if b, err := c.ReadFile(t.Context(), "made.txt", 1<<20); err != nil || string(b) != "host again" {
+		t.Errorf("sandbox made.txt after a host change: %q, %v", b, err)
+	}
+	if b, err := c.ReadFile(t.Context(), "agent.txt", 1<<20); err != nil || string(b) != "agent again" {
+		t.Errorf("sandbox agent.txt, changed only in the sandbox, after a push: %q, %v", b, err)
+	}
+	pull(t, sb)
+	if b, err := os.ReadFile(filepath.Join(ws, "agent.txt")); err != nil || string(b) != "agent again" {
+		t.Errorf("host agent.txt: %q, %v", b, err)
+	}
 }
 
 func (s *suite) repl(t *testing.T, c *agent.Client, code string) agent.REPLResult {
@@ -142,6 +234,7 @@ func (s *suite) testAgentFiles(t *testing.T) {
 	if err := c.Remove(ctx, "d", true); err != nil {
 		t.Fatal(err)
 	}
+	pull(t, sb)
 	if _, err := os.Stat(filepath.Join(ws, "d")); !os.IsNotExist(err) {
 		t.Errorf("after Remove: %v", err)
 	}

@@ -87,6 +87,7 @@ func Run(t *testing.T, f Factory) {
 		{"NoExtraFDs", s.testFDs},
 		{"WorkspaceReadWrite", s.testWorkspaceRW},
 		{"WorkspacePersists", s.testWorkspacePersists},
+		{"WorkspaceSync", s.testWorkspaceSync},
 		{"WorkspaceReadOnly", s.testWorkspaceRO},
 		{"WorkspaceNone", s.testWorkspaceNone},
 		{"WorkspaceMountFlags", s.testWorkspaceMountFlags},
