@@ -83,7 +83,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		cfg.Logger.Warn("kubernetes runner: seccomp fallback: sandbox pods run with the runtime's default profile, not the policy's (SeccompFallback)")
 	}
 	if cfg.WorkspaceDriver == "" {
-		cfg.Logger.Warn("kubernetes runner: no workspace driver: workspaces are emptyDirs whose disk_bytes only the kubelet's eviction enforces (after the fact) and whose disk_inodes nothing does; set runner.kubernetes.workspace_driver (deploy/kubernetes/workspace-csi.yaml)")
+		cfg.Logger.Warn("kubernetes runner: no workspace driver: workspaces are emptyDirs whose disk_bytes only the kubelet's eviction enforces (after the fact) and whose disk_inodes nothing does; set runner.kubernetes.workspace_driver (deploy/kubernetes/workspace-csi/)")
 	}
 	var err error
 	if r.in, err = hostside.NewInstance("kubernetes", cfg.StateDir, cfg.InstanceID, "", cfg.Logger); err != nil {

@@ -3,7 +3,7 @@
 // own filesystem, bounded in bytes and inodes. It runs on each node as
 // root (it makes loop devices and mounts): the project's test cluster
 // (scripts/k8s-setup.sh) starts it next to the kubelet;
-// deploy/kubernetes/workspace-csi.yaml runs it as a DaemonSet. The
+// deploy/kubernetes/workspace-csi/ runs it as a DaemonSet. The
 // cluster needs the driver's CSIDriver object (in the same file), and
 // sandboxd runner.kubernetes.workspace_driver set to its name.
 //
