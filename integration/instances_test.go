@@ -312,10 +312,16 @@ func prepareWork(s *server) *work {
 	s.t.Helper()
 	w := &work{s: s, stop: make(chan struct{}), done: make(chan struct{})}
 	w.long = s.submit(map[string]any{"tool": "bash", "arguments": map[string]any{"command": "sleep 10; echo long-done"}})
-	id, err := createSession(context.Background(), s.URL)
-	if err != nil {
-		s.t.Fatal(err)
+	// Limits no pooled profile has: the session's own sandbox, made with
+	// its session label (one that takes a pooled sandbox, when the pool
+	// is ready in time, keeps that sandbox's labels, and sessionContainer
+	// would not find it).
+	var ses struct{ ID string }
+	if resp, data := s.do("POST", "/v1/sessions", "", map[string]any{"effects": []string{"exec", "file_read", "file_write"},
+		"limits": map[string]any{"disk_bytes": 48 << 20}}, &ses); resp.StatusCode != 201 {
+		s.t.Fatalf("create session: %d %s", resp.StatusCode, data)
 	}
+	id := ses.ID
 	w.session = id
 	if err := tryRun(context.Background(), s.URL, id, "bash", "echo kept > mark"); err != nil {
 		s.t.Fatal(err)
