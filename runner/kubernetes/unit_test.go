@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -637,5 +638,19 @@ func TestFakeWorkspaceMirror(t *testing.T) {
 	must(k.PullWorkspace(ctx))
 	if _, err := os.Stat(filepath.Join(ws, "new")); !os.IsNotExist(err) {
 		t.Errorf("host new/ came back: %v", err)
+	}
+}
+
+// TestMirrorGone: what left both sides is listed parents first and
+// without what lies below a listed directory, also when a sibling sorts
+// between a directory and its children ("a-b" between "a" and "a/x").
+func TestMirrorGone(t *testing.T) {
+	m := newMirror(t.TempDir())
+	for _, p := range []string{"a", "a/x", "a/x/y", "a-b", "a-b/z", "keep", "keep/k", "c"} {
+		m.base[p] = synced{}
+	}
+	got := m.gone(map[string]bool{"keep": true, "keep/k": true})
+	if want := []string{"a", "a-b", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("gone = %v, want %v", got, want)
 	}
 }

@@ -240,11 +240,16 @@ func (m *mirror) gone(seen map[string]bool) []string {
 		}
 	}
 	slices.Sort(out)
+	listed := map[string]bool{}
 	kept := out[:0]
+next:
 	for _, p := range out {
-		if n := len(kept); n > 0 && strings.HasPrefix(p, kept[n-1]+"/") {
-			continue
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if listed[d] {
+				continue next // "a-b" sorts between "a" and "a/x"
+			}
 		}
+		listed[p] = true
 		kept = append(kept, p)
 	}
 	return kept
