@@ -36,17 +36,24 @@ type Stats struct {
 	Writes, Batches, Fallbacks int64
 }
 
-// Group is a queue of writes and the one goroutine that commits them.
+// Group is a queue of writes and at most one committer at a time. The
+// committer is a caller: a Do that finds no commit under way commits on
+// its own goroutine (its write and whatever queued meanwhile), so a
+// write with nothing else going on costs no goroutine hand-off (with a
+// committer goroutine, two wake-ups per write). A Do that finds a commit
+// under way queues and waits; when the committer's own write is
+// committed and more are waiting, a new goroutine takes over so that the
+// caller returns at once.
 type Group[Tx any] struct {
-	b        Backend[Tx]
-	max      int
-	timeout  time.Duration
-	q        chan *op[Tx]
-	stop     chan struct{}
-	done     chan struct{}
-	stopOnce sync.Once
-	closeMu  sync.RWMutex // held to queue; Close takes it to stop queueing
-	closed   bool
+	b       Backend[Tx]
+	max     int
+	timeout time.Duration
+
+	mu      sync.Mutex
+	q       []*op[Tx]
+	leading bool       // a committer is running
+	closed  bool       // Close was called: Do refuses
+	idle    *sync.Cond // on mu: broadcast when the committer stops
 
 	writes, batches, fallbacks atomic.Int64
 }
@@ -67,34 +74,36 @@ const (
 // ErrClosed is the error of a Do after Close.
 var ErrClosed = errors.New("groupcommit: closed")
 
-// New starts a Group committing at most maxBatch writes per transaction;
+// New returns a Group committing at most maxBatch writes per transaction;
 // timeout bounds one transaction (its writes and commit).
 func New[Tx any](b Backend[Tx], maxBatch int, timeout time.Duration) *Group[Tx] {
-	g := &Group[Tx]{b: b, max: max(maxBatch, 1), timeout: timeout,
-		q: make(chan *op[Tx], 4*max(maxBatch, 1)), stop: make(chan struct{}), done: make(chan struct{})}
-	go g.run()
+	g := &Group[Tx]{b: b, max: max(maxBatch, 1), timeout: timeout}
+	g.idle = sync.NewCond(&g.mu)
 	return g
 }
 
 // Do queues w and returns once the transaction holding it has committed
 // (nil) or w failed (its error). When ctx ends while w is still queued, w
-// never runs and Do returns ctx's error; once the committer has taken it,
+// never runs and Do returns ctx's error; once a committer has taken it,
 // Do waits for the outcome, so that a nil error always means committed
 // and an error never hides a committed write.
 func (g *Group[Tx]) Do(ctx context.Context, w Write[Tx]) error {
 	o := &op[Tx]{w: w, done: make(chan struct{})}
-	g.closeMu.RLock()
-	if g.closed {
-		g.closeMu.RUnlock()
-		return ErrClosed
-	}
-	select {
-	case g.q <- o:
-	case <-ctx.Done():
-		g.closeMu.RUnlock()
+	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	g.closeMu.RUnlock()
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return ErrClosed
+	}
+	g.q = append(g.q, o)
+	lead := !g.leading
+	g.leading = true
+	g.mu.Unlock()
+	if lead {
+		g.lead(o)
+	}
 	select {
 	case <-o.done:
 		return o.err
@@ -107,52 +116,61 @@ func (g *Group[Tx]) Do(ctx context.Context, w Write[Tx]) error {
 	}
 }
 
+// queued is the number of writes waiting for a committer.
+func (g *Group[Tx]) queued() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.q)
+}
+
 // Stats returns the counts so far.
 func (g *Group[Tx]) Stats() Stats {
 	return Stats{Writes: g.writes.Load(), Batches: g.batches.Load(), Fallbacks: g.fallbacks.Load()}
 }
 
-// Close commits what is queued and stops the committer; later Do calls
-// fail with ErrClosed.
+// Close waits until what is queued is committed; later Do calls fail
+// with ErrClosed.
 func (g *Group[Tx]) Close() {
-	g.stopOnce.Do(func() {
-		g.closeMu.Lock()
-		g.closed = true
-		g.closeMu.Unlock()
-		close(g.stop)
-	})
-	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	for g.leading {
+		g.idle.Wait()
+	}
 }
 
-func (g *Group[Tx]) run() {
-	defer close(g.done)
-	batch := make([]*op[Tx], 0, g.max)
+// lead commits batches of the queue, in order, until own (nil: nothing of
+// its own) is committed and then hands what is left to a new committer,
+// or until the queue is empty.
+func (g *Group[Tx]) lead(own *op[Tx]) {
 	for {
-		batch = batch[:0]
-		select {
-		case o := <-g.q:
-			batch = append(batch, o)
-		case <-g.stop:
-			// Drain what callers queued before Close.
-			for {
-				select {
-				case o := <-g.q:
-					g.commit([]*op[Tx]{o})
-				default:
-					return
-				}
-			}
+		g.mu.Lock()
+		if len(g.q) == 0 {
+			g.leading = false
+			g.idle.Broadcast()
+			g.mu.Unlock()
+			return
 		}
-	gather:
-		for len(batch) < g.max {
-			select {
-			case o := <-g.q:
-				batch = append(batch, o)
-			default:
-				break gather
-			}
+		if own != nil && isDone(own) {
+			g.mu.Unlock()
+			go g.lead(nil) // still leading: the caller returns, the rest is committed behind it
+			return
 		}
+		n := min(len(g.q), g.max)
+		batch := make([]*op[Tx], n)
+		copy(batch, g.q)
+		g.q = append(g.q[:0], g.q[n:]...)
+		g.mu.Unlock()
 		g.commit(batch)
+	}
+}
+
+func isDone[Tx any](o *op[Tx]) bool {
+	select {
+	case <-o.done:
+		return true
+	default:
+		return false
 	}
 }
 

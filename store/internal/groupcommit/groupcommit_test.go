@@ -1,8 +1,11 @@
 package groupcommit
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -71,7 +74,7 @@ func TestBatchesAndSplits(t *testing.T) {
 		}
 		wg.Go(func() { errs[i] = g.Do(ctx, put(v)) })
 	}
-	for len(g.q) < len(errs) {
+	for g.queued() < len(errs) {
 		time.Sleep(time.Millisecond)
 	}
 	close(d.block)
@@ -107,7 +110,7 @@ func TestAbandoned(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- g.Do(ctx, put("gone")) }()
-	for len(g.q) == 0 {
+	for g.queued() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
@@ -133,5 +136,108 @@ func TestClosed(t *testing.T) {
 	g.Close()
 	if err := g.Do(t.Context(), put("y")); !errors.Is(err, ErrClosed) {
 		t.Errorf("Do after Close = %v", err)
+	}
+}
+
+// goid is the current goroutine's id, from its stack header.
+func goid() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	f := bytes.Fields(buf)
+	if len(f) < 2 {
+		return ""
+	}
+	return string(f[1])
+}
+
+// A write with no commit under way is committed on its caller's
+// goroutine: no hand-off to another goroutine and back.
+func TestIdleWriteOnCaller(t *testing.T) {
+	d := &memDB{}
+	g := New(d.backend(), 8, time.Minute)
+	defer g.Close()
+	for range 3 {
+		caller, ran := goid(), ""
+		if err := g.Do(t.Context(), func(_ context.Context, tx *memTx) error {
+			ran = goid()
+			tx.writes = append(tx.writes, "w")
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if ran != caller {
+			t.Fatalf("the write ran on goroutine %s, its caller is %s", ran, caller)
+		}
+	}
+	if st := g.Stats(); st.Batches != 3 || st.Writes != 3 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// A committer whose own write is in returns although others wait: they
+// are committed behind it, and nothing is lost or committed twice under
+// many concurrent callers.
+func TestCommitterReturns(t *testing.T) {
+	d := &memDB{block: make(chan struct{})}
+	g := New(d.backend(), 2, time.Minute)
+	first := make(chan error, 1)
+	go func() { first <- g.Do(t.Context(), put("first")) }()
+	for g.Stats().Batches == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() { _ = g.Do(t.Context(), put(fmt.Sprint("w", i))) })
+	}
+	for g.queued() < 5 {
+		time.Sleep(time.Millisecond)
+	}
+	// The first committer's write is the first batch: it returns while
+	// the five behind it still wait (three more batches of at most 2).
+	d.block <- struct{}{}
+	select {
+	case err := <-first:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the committer did not return once its own write was committed")
+	}
+	d.mu.Lock()
+	got := slices.Clone(d.committed)
+	d.mu.Unlock()
+	if !slices.Equal(got, []string{"first"}) {
+		t.Fatalf("committed %v when the first committer returned", got)
+	}
+	for range 3 {
+		d.block <- struct{}{}
+	}
+	wg.Wait()
+	g.Close()
+	if len(d.committed) != 6 {
+		t.Fatalf("committed %v", d.committed)
+	}
+
+	d2 := &memDB{}
+	g2 := New(d2.backend(), 16, time.Minute)
+	var wg2 sync.WaitGroup
+	for i := range 400 {
+		wg2.Go(func() {
+			if err := g2.Do(t.Context(), put(fmt.Sprint(i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg2.Wait()
+	g2.Close()
+	seen := map[string]bool{}
+	for _, v := range d2.committed {
+		if seen[v] {
+			t.Fatalf("%s committed twice", v)
+		}
+		seen[v] = true
+	}
+	if len(seen) != 400 {
+		t.Fatalf("%d of 400 committed", len(seen))
 	}
 }
