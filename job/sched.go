@@ -36,6 +36,7 @@ type scheduler struct {
 	seq     uint64 // push order: ties go to the earliest job
 	queued  int
 	closed  bool
+	wakes   int // returns from cond.Wait (tests)
 }
 
 // stride is the pass a start of a weight-1 tenant costs.
@@ -91,7 +92,7 @@ func (s *scheduler) push(e *entry) {
 	s.seq++
 	t.q = append(t.q, schedItem{e: e, seq: s.seq})
 	s.queued++
-	s.cond.Broadcast()
+	s.cond.Signal() // one more job: one idle worker, not all sixteen (each wake-up was a thread woken per job)
 }
 
 // pick is the tenant whose job starts next, nil when every tenant with
@@ -129,6 +130,7 @@ func (s *scheduler) next() *entry {
 			return it.e
 		}
 		s.cond.Wait()
+		s.wakes++
 	}
 }
 
@@ -141,7 +143,7 @@ func (s *scheduler) done(tenant string) {
 		return
 	}
 	t.running--
-	s.cond.Broadcast()
+	s.cond.Signal() // one slot: at most one job more may start
 }
 
 // close wakes every waiting next (which returns nil); queued jobs stay

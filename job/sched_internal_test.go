@@ -148,3 +148,43 @@ func TestQueueTenantCap(t *testing.T) {
 		}
 	}
 }
+
+// A job pushed while sixteen workers wait wakes one of them, not all:
+// each wake-up is a thread woken and put back to sleep, per job.
+func TestSchedulerPushWakesOne(t *testing.T) {
+	s := newScheduler(16, nil)
+	got := make(chan *entry, 16)
+	for range 16 {
+		go func() {
+			for {
+				e := s.next()
+				if e == nil {
+					return
+				}
+				got <- e
+			}
+		}()
+	}
+	waiting := func() bool { // every worker is in cond.Wait
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.wakes == 0
+	}
+	time.Sleep(50 * time.Millisecond)
+	if !waiting() {
+		t.Fatal("a worker woke with nothing queued")
+	}
+	for i := range 3 {
+		s.push(schedEntry("a", i))
+		<-got
+		s.done("a")
+	}
+	time.Sleep(50 * time.Millisecond)
+	s.mu.Lock()
+	wakes := s.wakes
+	s.mu.Unlock()
+	s.close()
+	if wakes > 6 { // a push wakes one worker, a done at most one more
+		t.Fatalf("%d wake-ups for 3 jobs and 16 idle workers", wakes)
+	}
+}
