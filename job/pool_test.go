@@ -3,6 +3,7 @@ package job_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/job"
 	"github.com/sandboxd/sandboxd/runner"
+	"github.com/sandboxd/sandboxd/runner/fake"
 )
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -158,10 +160,28 @@ func ptr[T any](v T) *T { return &v }
 func TestPoolGrowsAndShrinks(t *testing.T) {
 	restore := job.SetShrinkEvery(300 * time.Millisecond)
 	defer restore()
-	h := newSessHarness(t, nil, job.Config{Pool: config.Pool{Size: ptr(1), MaxReady: 4, MaxSandboxes: 32}})
+	// While the burst runs, the pool's refills wait: its calls after the
+	// first find the pool empty however fast the fake makes a sandbox (on
+	// a loaded machine a refill otherwise won the race and nothing missed).
+	fr := fake.New()
+	var refills atomic.Pointer[chan struct{}]
+	fr.CreateHook = func(ctx context.Context, spec runner.SandboxSpec) error {
+		if g := refills.Load(); g != nil && spec.Labels["pool"] != "" {
+			select {
+			case <-*g:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	h := newSessHarness(t, fr, job.Config{Pool: config.Pool{Size: ptr(1), MaxReady: 4, MaxSandboxes: 32}})
+	h.fr = fr
 	eventually(t, "pre-warm", func() bool { return h.fr.Created() == 1 })
 	alive := func() int { return h.fr.Created() - h.fr.Closed() }
 	// A burst: one hit, then misses.
+	gate := make(chan struct{})
+	refills.Store(&gate)
 	done := make(chan struct{})
 	for range 4 {
 		go func() {
@@ -172,6 +192,7 @@ func TestPoolGrowsAndShrinks(t *testing.T) {
 	for range 4 {
 		<-done
 	}
+	close(gate)
 	misses := int(testutil.ToFloat64(mustGauge(t, h.prom, "sandboxd_pool_misses_total")))
 	if misses < 1 {
 		t.Fatalf("misses = %v", misses)

@@ -13,7 +13,8 @@
 // onto that directory. Processes that leave the process group (setsid) are
 // not killed.
 //
-// Hooks: Runner.CreateErr makes Create fail, Runner.ExecFunc replaces
+// Hooks: Runner.CreateErr makes Create fail, Runner.CreateHook runs
+// before each Create (it may block or fail it), Runner.ExecFunc replaces
 // running a process, and Created/Closed/Execs count calls.
 package fake
 
@@ -51,6 +52,9 @@ var DefaultLimits = runner.Limits{Timeout: 60 * time.Second, OutputBytes: 1 << 2
 type Runner struct {
 	// CreateErr, when set, is returned by Create.
 	CreateErr error
+	// CreateHook, when set, runs at the start of each Create; its error
+	// fails the Create.
+	CreateHook func(ctx context.Context, spec runner.SandboxSpec) error
 	// ExecFunc, when set, runs instead of starting a process.
 	ExecFunc func(ctx context.Context, sb *Sandbox, p runner.Process) (runner.Result, error)
 
@@ -106,6 +110,11 @@ func (r *Runner) Execs() int { return int(r.execs.Load()) }
 func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (runner.Sandbox, error) {
 	if r.CreateErr != nil {
 		return nil, r.CreateErr
+	}
+	if r.CreateHook != nil {
+		if err := r.CreateHook(ctx, spec); err != nil {
+			return nil, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
