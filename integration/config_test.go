@@ -18,7 +18,8 @@ func TestConfigTypoNamesClosestKey(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("sessions:\n  max_tll: 2h\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binPath, "serve", "--config", cfg, "--addr", freeAddr(t), "--metrics-addr", freeAddr(t), "--data-dir", t.TempDir())
+	addrs := freeAddrs(t, 2)
+	cmd := exec.Command(binPath, "serve", "--config", cfg, "--addr", addrs[0], "--metrics-addr", addrs[1], "--data-dir", t.TempDir())
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 		t.Fatalf("serve with a typo: %v\n%s", err, out)

@@ -167,7 +167,8 @@ func TestGuardBadPolicy(t *testing.T) {
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(binPath, "serve", "--config", cfg, "--addr", freeAddr(t), "--metrics-addr", freeAddr(t), "--data-dir", t.TempDir())
+		addrs := freeAddrs(t, 2)
+		cmd := exec.Command(binPath, "serve", "--config", cfg, "--addr", addrs[0], "--metrics-addr", addrs[1], "--data-dir", t.TempDir())
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			t.Fatalf("policy %q: sandboxd started", tc.policy)

@@ -69,12 +69,24 @@ type server struct {
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freeAddrs(t, 1)[0]
+}
+
+// freeAddrs is n distinct free loopback addresses: each is held until all
+// are chosen (two freeAddr calls in a row can get the same port, and a
+// server given it for both addr and metrics_addr refuses to start).
+func freeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs[i] = l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 // dataDir is a fresh data dir, removed at the end of the test. Not
@@ -99,7 +111,8 @@ func startServer(t testing.TB, config string) *server {
 // startServerArgs is startServer with more serve flags.
 func startServerArgs(t testing.TB, config string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, DataDir: dataDir(t), addr: freeAddr(t), metrics: freeAddr(t), Args: args}
+	a := freeAddrs(t, 2)
+	s := &server{t: t, DataDir: dataDir(t), addr: a[0], metrics: a[1], Args: args}
 	if config != "" {
 		s.Config = filepath.Join(t.TempDir(), "sandboxd.yaml")
 		if err := os.WriteFile(s.Config, []byte(config), 0o600); err != nil {
@@ -130,7 +143,7 @@ func (s *server) releaseWorkspaces() {
 
 func (s *server) start() {
 	s.t.Helper()
-	if s.metrics == "" {
+	for s.metrics == "" || s.metrics == s.addr {
 		s.metrics = freeAddr(s.t)
 	}
 	args := []string{"serve", "--addr", s.addr, "--metrics-addr", s.metrics, "--data-dir", s.DataDir}
@@ -156,10 +169,23 @@ func (s *server) start() {
 				return
 			}
 		}
+		if exited(s.cmd.Process.Pid) {
+			break // it refused to start: its log says why
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	s.stop(syscall.SIGKILL)
 	s.t.Fatalf("sandboxd did not become healthy; log:\n%s", s.log.String())
+}
+
+// exited: the child pid has exited and waits to be reaped.
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z'
 }
 
 // stop ends the process with sig and waits for it.

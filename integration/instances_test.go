@@ -471,7 +471,8 @@ func TestInstanceStateDirTooLong(t *testing.T) {
 			dir := filepath.Join(dataDir(t), strings.Repeat("d", 60))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, binPath, "serve", "--addr", freeAddr(t), "--metrics-addr", freeAddr(t), "--data-dir", dir, "--runner", runner)
+			addrs := freeAddrs(t, 2)
+			cmd := exec.CommandContext(ctx, binPath, "serve", "--addr", addrs[0], "--metrics-addr", addrs[1], "--data-dir", dir, "--runner", runner)
 			cmd.Env = []string{"PATH=/usr/bin:/bin"}
 			out, err := cmd.CombinedOutput()
 			if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "too long for the sandboxes' unix sockets") {

@@ -119,7 +119,8 @@ func TestHostDiskFull(t *testing.T) {
 		t.Skipf("mount a tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	s := &server{t: t, DataDir: dir, addr: freeAddr(t), metrics: freeAddr(t)}
+	a := freeAddrs(t, 2)
+	s := &server{t: t, DataDir: dir, addr: a[0], metrics: a[1]}
 	s.start()
 	t.Cleanup(func() {
 		s.stop(syscall.SIGTERM)
