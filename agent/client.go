@@ -306,7 +306,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, onOutput func(stream
 	if req.LongLived {
 		f, err = c.execLongLived(ctx, req, onOutput)
 	} else {
-		f, err = c.stream(ctx, &frame{Type: typeExec, Exec: &req}, req.Timeout, req.OutputLimit, onOutput)
+		f, err = c.stream(ctx, &frame{Type: typeExec, Exec: &req}, req.Timeout, req.OutputLimit, req.Stop, onOutput)
 	}
 	if err != nil {
 		return ExecResult{}, err
@@ -347,7 +347,7 @@ func (c *Client) REPL(ctx context.Context, req REPLRequest, onOutput func(stream
 	if timeout <= 0 {
 		timeout = DefaultREPLTimeout
 	}
-	f, err := c.stream(ctx, &frame{Type: typeREPL, REPL: &req}, timeout, req.OutputLimit, onOutput)
+	f, err := c.stream(ctx, &frame{Type: typeREPL, REPL: &req}, timeout, req.OutputLimit, nil, onOutput)
 	if err != nil {
 		return REPLResult{}, err
 	}
@@ -357,12 +357,14 @@ func (c *Client) REPL(ctx context.Context, req REPLRequest, onOutput func(stream
 	return *f.REPLResult, nil
 }
 
-// stream runs a request that streams output and can be cancelled.
-func (c *Client) stream(ctx context.Context, req *frame, timeout time.Duration, outLimit int64, onOutput func(string, []byte)) (frame, error) {
+// stream runs a request that streams output and can be cancelled; closing
+// stop (nil: never) sends it a kill message.
+func (c *Client) stream(ctx context.Context, req *frame, timeout time.Duration, outLimit int64, stop <-chan struct{}, onOutput func(string, []byte)) (frame, error) {
 	id, cl, err := c.start(ctx, req, true)
 	if err != nil {
 		return frame{}, err
 	}
+	defer c.killOn(stop, id)()
 	var limit time.Duration
 	if timeout > 0 {
 		limit = timeout + responseGrace
@@ -393,6 +395,7 @@ func (c *Client) execLongLived(ctx context.Context, req ExecRequest, onOutput fu
 	if err != nil {
 		return frame{}, err
 	}
+	defer c.killOn(req.Stop, id)()
 	if in != nil {
 		go c.sendStdin(id, cl, in)
 	}
@@ -409,6 +412,23 @@ func (c *Client) execLongLived(ctx context.Context, req ExecRequest, onOutput fu
 		c.cancelRemote(context.WithoutCancel(ctx), id)
 	}
 	return frame{}, err
+}
+
+// killOn sends exec id a kill message when stop is closed, until the
+// returned func is called. A nil stop costs nothing.
+func (c *Client) killOn(stop <-chan struct{}, id uint64) (end func()) {
+	if stop == nil {
+		return func() {}
+	}
+	ended := make(chan struct{})
+	go func() {
+		select {
+		case <-stop:
+			_ = c.send(&frame{Type: typeKill, Target: id}) // a failed send ends the connection, and the exec with it
+		case <-ended:
+		}
+	}()
+	return func() { close(ended) }
 }
 
 // sendStdin forwards in to exec id until EOF, then closes its stdin; it

@@ -23,20 +23,20 @@ const (
 )
 
 // runExec runs one process in its own process group. When it exits, times
-// out or ctx ends, the whole group is killed with SIGKILL: background
+// out, is killed (kill closed) or ctx ends, the whole group is killed with SIGKILL: background
 // leftovers do not outlive the exec (use setsid to detach on purpose).
 //
 // A process held by prestart serves the exec when it was started for the
 // same request (held.matches); any other exec discards it first, so the
 // exec sees the sandbox as if nothing had been started ahead of it.
-func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte) (ExecResult, error) {
+func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte, kill <-chan struct{}) (ExecResult, error) {
 	before, cpu0 := int64(-1), time.Duration(0)
 	if s.opts.CgroupUsage {
 		before = oomKills()
 		cpu0, _ = cgroupUsage()
 	}
 	s.execs.Add(1)
-	res, err := s.runExecOnce(ctx, req, emit, stdin)
+	res, err := s.runExecOnce(ctx, req, emit, stdin, kill)
 	if s.execs.Add(-1) == 0 && s.opts.KillStrays {
 		if n := killStrays(); n > 0 {
 			s.log.Debug("killed processes that left the agent's session", "count", n)
@@ -50,11 +50,11 @@ func (s *server) runExec(ctx context.Context, req ExecRequest, emit func(string,
 	return res, err
 }
 
-func (s *server) runExecOnce(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte) (ExecResult, error) {
+func (s *server) runExecOnce(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte, kill <-chan struct{}) (ExecResult, error) {
 	s.repl.dropWarm() // an exec finds no interpreter that no cell used
 	if p := s.takeHeld(); p != nil {
 		if p.matches(req) && p.alive() {
-			return p.finish(ctx, req, emit, stdin)
+			return p.finish(ctx, req, emit, stdin, kill)
 		}
 		p.discard()
 	}
@@ -62,7 +62,7 @@ func (s *server) runExecOnce(ctx context.Context, req ExecRequest, emit func(str
 	if p == nil {
 		return res, err
 	}
-	return p.finish(ctx, req, emit, stdin)
+	return p.finish(ctx, req, emit, stdin, kill)
 }
 
 // proc is a started process whose output is being collected.
@@ -213,7 +213,7 @@ func (p *proc) killGroup() { syscall.Kill(-p.pid, syscall.SIGKILL) }
 // finish hands the process req's stdin, waits for it to end (req's timeout
 // counts from now), kills what is left of its group and reports how it
 // ended.
-func (p *proc) finish(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte) (ExecResult, error) {
+func (p *proc) finish(ctx context.Context, req ExecRequest, emit func(string, []byte), stdin <-chan []byte, kill <-chan struct{}) (ExecResult, error) {
 	defer p.closeAll()
 	if req.LongLived {
 		req.Timeout = 0
@@ -265,7 +265,7 @@ func (p *proc) finish(ctx context.Context, req ExecRequest, emit func(string, []
 		defer t.Stop()
 		timeout = t.C
 	}
-	var timedOut bool
+	var timedOut, killed bool
 	var killedAt time.Time
 	select {
 	case <-p.waitDone:
@@ -273,6 +273,14 @@ func (p *proc) finish(ctx context.Context, req ExecRequest, emit func(string, []
 		timedOut, killedAt = true, time.Now()
 		p.killGroup()
 		<-p.waitDone
+	case <-kill:
+		select {
+		case <-p.waitDone: // it ended on its own meanwhile
+		default:
+			killed = true
+			p.killGroup()
+			<-p.waitDone
+		}
 	case <-ctx.Done():
 		p.killGroup()
 		<-p.waitDone
@@ -281,7 +289,7 @@ func (p *proc) finish(ctx context.Context, req ExecRequest, emit func(string, []
 	p.killGroup() // leftovers in the group
 	p.drain()
 
-	res := ExecResult{TimedOut: timedOut, Duration: time.Since(begin), KilledAt: killedAt}
+	res := ExecResult{TimedOut: timedOut, Killed: killed, Duration: time.Since(begin), KilledAt: killedAt}
 	res.Stdout, res.StdoutTruncated = p.streams[0].buf.Bytes()
 	res.Stderr, res.StderrTruncated = p.streams[1].buf.Bytes()
 	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)

@@ -166,6 +166,49 @@ func TestExecCancel(t *testing.T) {
 	}
 }
 
+// TestExecStop: closing ExecRequest.Stop kills the process group and the
+// exec still answers its result, with the output so far and Killed set.
+func TestExecStop(t *testing.T) {
+	t.Parallel()
+	c, _ := startServer(t, ServerOptions{})
+	stop := make(chan struct{})
+	var once sync.Once
+	start := time.Now()
+	res, err := c.Exec(testCtx(t, 20*time.Second), ExecRequest{
+		Args: []string{"sh", "-c", "sleep 100 & echo $!; sleep 100"},
+		Stop: stop,
+	}, func(_ string, b []byte) {
+		if strings.TrimSpace(string(b)) != "" {
+			once.Do(func() { close(stop) })
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Killed || res.TimedOut || res.Signal != "SIGKILL" || res.ExitCode != 137 {
+		t.Errorf("res = %+v, want killed by SIGKILL, not timed out", res)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v", d)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+	if err != nil {
+		t.Fatalf("stdout %q: %v", res.Stdout, err)
+	}
+	waitGone(t, pid)
+	// A process that ends on its own is not reported killed, and a Stop
+	// closed after the exec costs nothing.
+	stop2 := make(chan struct{})
+	res, err = c.Exec(testCtx(t, 20*time.Second), ExecRequest{Args: []string{"true"}, Stop: stop2}, nil)
+	close(stop2)
+	if err != nil || res.Killed || res.ExitCode != 0 {
+		t.Fatalf("res = %+v, %v", res, err)
+	}
+	if err := c.Ping(testCtx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestExecOutputCap(t *testing.T) {
 	t.Parallel()
 	c, _ := startServer(t, ServerOptions{})

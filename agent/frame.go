@@ -27,6 +27,10 @@ const (
 	// the exec; EOF closes it). It is not a request: it has no ID and no
 	// answer.
 	typeStdin = "stdin"
+	// typeKill kills an exec's process group (Target) as its timeout
+	// would, and the exec answers its result with Killed set (a cancel
+	// answers an error instead). Like stdin, it has no ID and no answer.
+	typeKill = "kill"
 
 	typeOutput = "output" // streamed chunk of an exec or repl
 	typeResult = "result" // final answer to a request
@@ -40,7 +44,7 @@ type frame struct {
 	Type  string `json:"type"`
 	Error string `json:"error,omitempty"`
 
-	Target uint64 `json:"target,omitempty"` // cancel: the request to cancel; stdin: the exec
+	Target uint64 `json:"target,omitempty"` // cancel: the request to cancel; stdin, kill: the exec
 	EOF    bool   `json:"eof,omitempty"`    // stdin: no more input
 	Stream string `json:"stream,omitempty"` // output: "stdout" | "stderr"
 	Data   []byte `json:"data,omitempty"`   // output chunk, file content

@@ -185,6 +185,10 @@ type request struct {
 	// stdin receives a long-lived exec's stdin chunks (nil: EOF); nil
 	// for every other request.
 	stdin chan []byte
+	// kill is closed by a kill message for an exec (once: killOnce); nil
+	// for every other request.
+	kill     chan struct{}
+	killOnce sync.Once
 }
 
 // stdinStall is how long the connection's reader waits for a long-lived
@@ -228,8 +232,17 @@ func (s *server) serveConn(ctx context.Context, conn net.Conn) error {
 
 // dispatch starts one request. An error closes the connection.
 func (c *connState) dispatch(ctx context.Context, wg *sync.WaitGroup, f frame) error {
-	if f.Type == typeStdin {
+	switch f.Type {
+	case typeStdin:
 		c.feedStdin(f)
+		return nil
+	case typeKill:
+		c.mu.Lock()
+		r := c.inflight[f.Target]
+		c.mu.Unlock()
+		if r != nil && r.kill != nil {
+			r.killOnce.Do(func() { close(r.kill) })
+		}
 		return nil
 	}
 	switch f.Type {
@@ -247,8 +260,11 @@ func (c *connState) dispatch(ctx context.Context, wg *sync.WaitGroup, f frame) e
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	req := &request{cancel: cancel, done: make(chan struct{})}
-	if f.Type == typeExec && f.Exec != nil && f.Exec.LongLived {
-		req.stdin = make(chan []byte, 64)
+	if f.Type == typeExec {
+		req.kill = make(chan struct{})
+		if f.Exec != nil && f.Exec.LongLived {
+			req.stdin = make(chan []byte, 64)
+		}
 	}
 	c.mu.Lock()
 	switch {
@@ -363,11 +379,12 @@ func (c *connState) handle(ctx context.Context, f frame) *frame {
 		}
 		c.mu.Lock()
 		var stdin <-chan []byte
+		var kill <-chan struct{}
 		if r := c.inflight[f.ID]; r != nil {
-			stdin = r.stdin
+			stdin, kill = r.stdin, r.kill
 		}
 		c.mu.Unlock()
-		res, err := s.runExec(ctx, *f.Exec, c.emitter(f.ID), stdin)
+		res, err := s.runExec(ctx, *f.Exec, c.emitter(f.ID), stdin, kill)
 		if err != nil {
 			return errFrame(err)
 		}

@@ -23,6 +23,11 @@ type ExecRequest struct {
 	// StdinStream is the stdin of a LongLived exec, read by Client.Exec
 	// until EOF (then the process's stdin is closed). Never on the wire.
 	StdinStream io.Reader `json:"-"`
+	// Stop, when closed, kills the process's group (Client.Exec sends a
+	// kill message): Exec then returns the result, output so far
+	// included, with Killed set. For a host that decides the process
+	// must end (a fork loop) and still wants its result. Never on the wire.
+	Stop <-chan struct{} `json:"-"`
 }
 
 // ExecResult reports how a process ended. A non-zero exit, a signal or a
@@ -38,6 +43,8 @@ type ExecResult struct {
 	Duration        time.Duration `json:"duration"`
 	// KilledAt is when the agent sent the kill of a timed-out process.
 	KilledAt time.Time `json:"killed_at,omitempty"`
+	// Killed: the process was killed by ExecRequest.Stop (a kill message).
+	Killed bool `json:"killed,omitempty"`
 	// OOMKilled, CPU and PeakMemory are the container's cgroup as the
 	// agent saw it from inside (ServerOptions.CgroupUsage): the OOM
 	// killer killed the process, the CPU time used while it ran, the

@@ -118,8 +118,8 @@ func viewResult(r *tools.Result) *wire.Result {
 	}
 	if p := r.Process; p != nil {
 		v.Process = &wire.Process{
-			ExitCode: p.ExitCode, Signal: p.Signal, OOMKilled: p.OOMKilled, TimedOut: p.TimedOut,
-			OutputTruncated: p.OutputTruncated, Stdout: p.Stdout, Stderr: p.Stderr, MemoryLimit: p.MemoryLimit,
+			ExitCode: p.ExitCode, Signal: p.Signal, OOMKilled: p.OOMKilled, TimedOut: p.TimedOut, ForkLoop: p.ForkLoop,
+			OutputTruncated: p.OutputTruncated, Stdout: p.Stdout, Stderr: p.Stderr, MemoryLimit: p.MemoryLimit, PIDsLimit: p.PIDsLimit,
 		}
 	}
 	return v

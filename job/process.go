@@ -22,10 +22,12 @@ func processInfo(r runner.Result, l runner.Limits) tools.ProcessInfo {
 		Signal:          r.Signal,
 		OOMKilled:       r.OOMKilled,
 		TimedOut:        r.TimedOut,
+		ForkLoop:        r.ForkLoop,
 		OutputTruncated: r.StdoutTruncated || r.StderrTruncated,
 		Stdout:          string(r.Stdout),
 		Stderr:          string(r.Stderr),
 		MemoryLimit:     l.MemoryBytes,
+		PIDsLimit:       l.PIDs,
 	}
 }
 

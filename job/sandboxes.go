@@ -201,6 +201,8 @@ func (s *Service) Launch(ctx context.Context, spec LaunchSpec) (*LongProcess, er
 			p.err = err
 		case res.OOMKilled:
 			p.err = errors.New("killed: out of memory")
+		case res.ForkLoop:
+			p.err = errors.New("killed: kept forking at its process limit: a fork loop")
 		case res.Signal != "":
 			p.err = fmt.Errorf("killed by signal %s", res.Signal)
 		default:

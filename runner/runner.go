@@ -320,9 +320,13 @@ type Process struct {
 type Result struct {
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that killed the process ("SIGKILL"), if any.
-	Signal          string        `json:"signal,omitempty"`
-	OOMKilled       bool          `json:"oom_killed"`
-	TimedOut        bool          `json:"timed_out"`
+	Signal    string `json:"signal,omitempty"`
+	OOMKilled bool   `json:"oom_killed"`
+	TimedOut  bool   `json:"timed_out"`
+	// ForkLoop: the process was killed because its sandbox kept hitting
+	// its pids limit (a fork bomb; see runner/internal/hostside's
+	// ExecWatch). Signal is SIGKILL.
+	ForkLoop        bool          `json:"fork_loop,omitempty"`
 	Stdout          []byte        `json:"stdout"`
 	Stderr          []byte        `json:"stderr"`
 	StdoutTruncated bool          `json:"stdout_truncated"`

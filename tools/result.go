@@ -138,6 +138,11 @@ func processError(info ProcessInfo, wall time.Duration) string {
 			return "killed: out of memory (limit " + formatBytes(info.MemoryLimit) + ")"
 		}
 		return "killed: out of memory"
+	case info.ForkLoop:
+		if info.PIDsLimit > 0 {
+			return "killed: kept forking at its process limit (" + strconv.FormatInt(info.PIDsLimit, 10) + "): a fork loop"
+		}
+		return "killed: kept forking at its process limit: a fork loop"
 	case info.TimedOut:
 		return "timed out after " + formatDuration(wall)
 	case info.Signal != "":

@@ -79,6 +79,8 @@ func TestFromProcess(t *testing.T) {
 		{"oom with limit", ProcessInfo{ExitCode: 137, OOMKilled: true, MemoryLimit: 256 << 20}, time.Second, false, "", "killed: out of memory (limit 256 MiB)", false},
 		{"oom fractional limit", ProcessInfo{OOMKilled: true, MemoryLimit: 1536 << 20}, time.Second, false, "", "killed: out of memory (limit 1.5 GiB)", false},
 		{"oom no limit", ProcessInfo{ExitCode: 137, OOMKilled: true}, time.Second, false, "", "killed: out of memory", false},
+		{"fork loop", ProcessInfo{ExitCode: 137, Signal: "SIGKILL", ForkLoop: true, PIDsLimit: 256}, time.Second, false, "", "killed: kept forking at its process limit (256): a fork loop", false},
+		{"fork loop no limit", ProcessInfo{ExitCode: 137, Signal: "SIGKILL", ForkLoop: true}, time.Second, false, "", "killed: kept forking at its process limit: a fork loop", false},
 		{"timeout", ProcessInfo{ExitCode: -1, TimedOut: true, Stdout: "partial"}, 30*time.Second + 20*time.Millisecond, false, "partial", "timed out after 30s", false},
 		{"timeout short", ProcessInfo{TimedOut: true}, 250 * time.Millisecond, false, "", "timed out after 250ms", false},
 		{"signal", ProcessInfo{ExitCode: -1, Signal: "SIGSEGV"}, 0, false, "", "killed by signal SIGSEGV", false},

@@ -261,16 +261,21 @@ type Usage struct {
 
 // ProcessInfo reports how a sandboxed process ended.
 type ProcessInfo struct {
-	ExitCode        int    `json:"exit_code"`
-	Signal          string `json:"signal,omitempty"`
-	OOMKilled       bool   `json:"oom_killed,omitempty"`
-	TimedOut        bool   `json:"timed_out,omitempty"`
+	ExitCode  int    `json:"exit_code"`
+	Signal    string `json:"signal,omitempty"`
+	OOMKilled bool   `json:"oom_killed,omitempty"`
+	TimedOut  bool   `json:"timed_out,omitempty"`
+	// ForkLoop: killed because it kept forking at its process limit.
+	ForkLoop        bool   `json:"fork_loop,omitempty"`
 	OutputTruncated bool   `json:"output_truncated,omitempty"`
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`
 	// MemoryLimit is the sandbox's memory limit in bytes when known (0 when
 	// not); FromProcess quotes it in the out-of-memory message.
 	MemoryLimit int64 `json:"memory_limit_bytes,omitempty"`
+	// PIDsLimit is the sandbox's process limit when known; FromProcess
+	// quotes it in the fork-loop message.
+	PIDsLimit int64 `json:"pids_limit,omitempty"`
 }
 
 // Call is a tool call as a model produces it. Arguments may be a JSON object

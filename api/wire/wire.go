@@ -166,10 +166,12 @@ type Process struct {
 	Signal          string `json:"signal,omitempty"`
 	OOMKilled       bool   `json:"oom_killed,omitempty"`
 	TimedOut        bool   `json:"timed_out,omitempty"`
+	ForkLoop        bool   `json:"fork_loop,omitempty"`
 	OutputTruncated bool   `json:"output_truncated,omitempty"`
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`
 	MemoryLimit     int64  `json:"memory_limit_bytes,omitempty"`
+	PIDsLimit       int64  `json:"pids_limit,omitempty"`
 }
 
 // Guard is the guard's decision on a job.

@@ -218,6 +218,7 @@ func TestConformanceRunsc(t *testing.T) {
 		DropsPrivileges: true,
 		KillsDaemons:    true,
 		KnownLeaks:      runnertest.GVisorKnownLeaks,
+		KnownGaps:       runnertest.GVisorKnownGaps,
 	})
 }
 

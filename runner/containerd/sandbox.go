@@ -120,26 +120,26 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	s.mu.Lock()
 	s.inflight++
 	s.mu.Unlock()
-	before := l.cg.Sample()
+	w := l.cg.Watch(&req)
 	ar, err := l.client.Exec(ctx, req, onOutput)
-	after := l.cg.Sample()
+	w.End()
 	s.endExec(l)
 	if err != nil {
 		if err, ok := hostside.ExecError(ctx, s.id, s.isClosed, err); ok {
 			return runner.Result{}, err
 		}
-		if l.hasExited(2*time.Second) && l.cg.Sample().OOMKills > before.OOMKills {
+		if l.hasExited(2*time.Second) && l.cg.Sample().OOMKills > w.Before.OOMKills {
 			// The OOM killer took the agent itself (under gVisor: the
 			// whole sandbox): the process's fate is a result. A gVisor
 			// sandbox restarts; otherwise later Execs fail.
 			if s.r.gvisor {
 				s.startRevive(l)
 			}
-			return hostside.OOMResult(after.Peak), nil
+			return hostside.OOMResult(w.After.Peak), nil
 		}
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w%s", s.id, runner.ErrUnavailable, err, l.deathNote())
 	}
-	return hostside.ExecResult(ar, req, s.limits, l.cg, before, after), nil
+	return hostside.ExecResult(ar, req, s.limits, w), nil
 }
 
 // killOnProtocolError kills the task when its agent broke the protocol: a

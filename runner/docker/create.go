@@ -77,6 +77,9 @@ func (r *Runner) Create(ctx context.Context, spec runner.SandboxSpec) (_ runner.
 	}
 	if insp, err := r.inspect(cctx, resp.ID); err == nil && insp.State != nil {
 		s.cg = hostside.FindCgroup(insp.State.Pid) // nil when not readable here
+		if s.cg != nil && r.gvisor {
+			s.cg.NoStrays = true // runsc's own tasks
+		}
 	}
 
 	cl, err := r.dialAgent(ctx, s)

@@ -74,6 +74,7 @@ func TestConformanceRunsc(t *testing.T) {
 		DropsPrivileges: true,
 		KillsDaemons:    true,
 		KnownLeaks:      leaks,
+		KnownGaps:       runnertest.GVisorKnownGaps,
 	})
 }
 

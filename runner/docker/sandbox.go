@@ -84,9 +84,9 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 	if err != nil {
 		return runner.Result{}, err
 	}
-	before := s.cg.Sample()
+	w := s.cg.Watch(&req)
 	ar, err := cl.Exec(ctx, req, onOutput)
-	after := s.cg.Sample()
+	w.End()
 	s.endExec()
 	if err != nil {
 		if err, ok := hostside.ExecError(ctx, s.id, s.isClosed, err); ok {
@@ -101,11 +101,11 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 			if s.r.gvisor {
 				s.startRevive()
 			}
-			return hostside.OOMResult(after.Peak), nil
+			return hostside.OOMResult(w.After.Peak), nil
 		}
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w%s", s.id, runner.ErrUnavailable, err, note)
 	}
-	return hostside.ExecResult(ar, req, s.limits, s.cg, before, after), nil
+	return hostside.ExecResult(ar, req, s.limits, w), nil
 }
 
 // Prestart implements runner.Prestarter.

@@ -76,7 +76,9 @@ func newCluster(t testing.TB) *Runner {
 // TestConformance is runnertest against the real cluster.
 func TestConformance(t *testing.T) {
 	r := newCluster(t)
-	gaps := map[string]string{}
+	gaps := map[string]string{
+		"ForkLoopKilled": "sandboxd does not read the pod's cgroup from the host, and the agent's inside view (ServerOptions.CgroupUsage) does not watch pids.events yet: a fork loop runs to its timeout",
+	}
 	if r.cfg.WorkspaceDriver == "" {
 		gaps["DiskLimits"] = "no workspace driver (SANDBOXD_KUBERNETES_WORKSPACE_DRIVER): an emptyDir's sizeLimit is enforced by the kubelet's eviction, not as ENOSPC, and Kubernetes has no inode limit"
 	}

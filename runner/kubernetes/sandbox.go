@@ -387,7 +387,7 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 		}
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w", s.id, runner.ErrUnavailable, err)
 	}
-	res := hostside.ExecResult(ar, req, s.limits, nil, hostside.Sample{}, hostside.Sample{})
+	res := hostside.ExecResult(ar, req, s.limits, nil)
 	if err := s.PullWorkspace(ctx); err != nil {
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w", s.id, err)
 	}

@@ -81,9 +81,9 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 		s.endExec()
 		return runner.Result{}, err
 	}
-	before := s.hcg.Sample()
+	w := s.hcg.Watch(&req)
 	ar, err := s.client.Exec(ctx, req, onOutput)
-	after := s.hcg.Sample()
+	w.End()
 	s.endExec()
 	if err != nil {
 		switch {
@@ -96,14 +96,14 @@ func (s *Sandbox) Exec(ctx context.Context, p runner.Process) (runner.Result, er
 		if errors.As(err, &re) {
 			return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w", s.spec.ID, runner.ErrInvalidSpec, err)
 		}
-		if s.agentExited(2*time.Second) && s.hcg.Sample().OOMKills > before.OOMKills {
+		if s.agentExited(2*time.Second) && s.hcg.Sample().OOMKills > w.Before.OOMKills {
 			// The OOM killer took the agent itself: the process's fate is
 			// a result; later Execs fail.
-			return hostside.OOMResult(after.Peak), nil
+			return hostside.OOMResult(w.After.Peak), nil
 		}
 		return runner.Result{}, fmt.Errorf("exec in sandbox %s: %w: %w%s", s.spec.ID, runner.ErrUnavailable, err, s.log.note())
 	}
-	return hostside.ExecResult(ar, req, s.limits, s.hcg, before, after), nil
+	return hostside.ExecResult(ar, req, s.limits, w), nil
 }
 
 // endExec kills processes that left the agent's session once no Exec

@@ -64,6 +64,9 @@ os._exit(0)`)
 	if n, _ := strconv.Atoi(out[3]); n >= limit {
 		t.Fatalf("forked %d processes with a limit of %d", n, limit)
 	}
+	if res.ForkLoop {
+		t.Fatalf("a process that met its limit once and exited was killed as a fork loop: %+v", res)
+	}
 	// A fork bomb ends (timeout, exit or error), the sandbox stays usable
 	// and nothing outlives it.
 	tok := token()
@@ -78,6 +81,45 @@ os._exit(0)`)
 	t.Logf("fork bomb: err=%v timedOut=%v exit=%d signal=%s", err, bomb.TimedOut, bomb.ExitCode, bomb.Signal)
 	waitNoProcs(t, tok, 10*time.Second)
 	mustOK(t, s.sh(t, sb, "echo recovered"))
+}
+
+// GVisorKnownGaps are the subtests gVisor backends skip, with the reason;
+// Factory.KnownGaps of runsc backends.
+var GVisorKnownGaps = map[string]string{
+	"ForkLoopKilled": "the Sentry refuses forks over the limit itself (RLIMIT_NPROC) and never creates host tasks for the code, so the host's pids cgroup does not see a fork loop and it runs to its timeout; " +
+		"it spends only its own CPU share there (no host fork, so no host-wide stall)",
+}
+
+// testForkLoop: a process that keeps forking at its pids limit (a fork
+// bomb retrying refused forks) stalls process creation for everyone on the
+// host, limit or not; it is killed well before its timeout, the result
+// says why, nothing of it survives and the sandbox stays usable.
+func (s *suite) testForkLoop(t *testing.T) {
+	s.need(t, s.caps.Cgroups, "a pids limit (cgroups)")
+	sb := s.sandbox(t, runner.SandboxSpec{Limits: runner.Limits{PIDs: 64}})
+	tok := token()
+	start := time.Now()
+	res, err := sb.Exec(t.Context(), runner.Process{
+		Args:    []string{s.f.Python, "-c", "import os\n# " + tok + "\nwhile True:\n    try: os.fork()\n    except OSError: pass"},
+		Timeout: 30 * time.Second,
+	})
+	el := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.ForkLoop || res.Signal != "SIGKILL" || res.TimedOut || res.OOMKilled {
+		t.Fatalf("after %v: %+v, want killed as a fork loop", el, res)
+	}
+	if el > 10*time.Second {
+		t.Fatalf("a fork loop ran %v", el)
+	}
+	t.Logf("fork loop killed after %v", el)
+	waitNoProcs(t, tok, 10*time.Second)
+	res = s.sh(t, sb, "echo recovered")
+	mustOK(t, res)
+	if res.ForkLoop {
+		t.Fatalf("a later process reported as a fork loop: %+v", res)
+	}
 }
 
 func (s *suite) killsDaemons() bool { return s.f.KillsDaemons || s.caps.PIDNamespace }

@@ -120,6 +120,7 @@ func Run(t *testing.T, f Factory) {
 		{"Clone3UserNS", s.testClone3UserNS},
 		{"OOM", s.testOOM},
 		{"PIDsLimit", s.testPIDs},
+		{"ForkLoopKilled", s.testForkLoop},
 		{"DaemonsKilled", s.testDaemons},
 		{"IgnoredTermKilled", s.testTrapTerm},
 		{"CloseReapsEverything", s.testClose},

@@ -567,7 +567,7 @@
 
     var proc = res && res.process;
     grid.appendChild(section("stdout / stderr", "job-output", proc ? [
-      kv([["exit code", String(proc.exit_code)], proc.signal ? ["signal", proc.signal] : null, proc.oom_killed ? ["OOM killed", "yes"] : null,
+      kv([["exit code", String(proc.exit_code)], proc.signal ? ["signal", proc.signal] : null, proc.oom_killed ? ["OOM killed", "yes"] : null, proc.fork_loop ? ["fork loop", "killed"] : null,
         proc.timed_out ? ["timed out", "yes"] : null, proc.output_truncated ? ["output truncated", "yes"] : null]),
       el("h4", { text: "stdout" }), pre(proc.stdout, "out stdout"),
       el("h4", { text: "stderr" }), pre(proc.stderr, "out err stderr")

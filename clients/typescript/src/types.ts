@@ -30,7 +30,7 @@ export interface Result {
   artifacts?: Artifact[];
   usage: { wall_ms: number; cpu_ms?: number; peak_memory_bytes?: number; bytes_in?: number; bytes_out?: number };
   effects?: string[];
-  process?: { exit_code: number; signal?: string; oom_killed?: boolean; timed_out?: boolean; stdout: string; stderr: string };
+  process?: { exit_code: number; signal?: string; oom_killed?: boolean; timed_out?: boolean; fork_loop?: boolean; stdout: string; stderr: string };
   truncated?: boolean;
   /** The repr() of a session python_repl cell's trailing expression. */
   value?: string;

@@ -14,8 +14,8 @@ import (
 )
 
 // Cgroup reads a container's cgroup files on this host, for what the
-// agent does not tell per Exec: OOM kills of processes other than pid 1 and
-// CPU used by one Exec. sandboxd must share the host's cgroup namespace
+// agent does not tell per Exec: OOM kills of processes other than pid 1,
+// CPU used by one Exec and a fork loop (Watch). sandboxd must share the host's cgroup namespace
 // and /sys/fs/cgroup; otherwise FindCgroup returns nil and Exec reports
 // no usage and no OOM kills.
 type Cgroup struct {
@@ -23,8 +23,9 @@ type Cgroup struct {
 	v2      bool
 	memory  string // v1: memory controller dir; v2: the unified dir
 	cpu     string // v1: cpuacct dir
-	// NoStrays disables KillStrays: the cgroup's processes are the
-	// runtime's own (gVisor).
+	pids    string // v1: pids controller dir; v2: the unified dir; "": none
+	// NoStrays disables KillStrays and the fork-loop watch: the cgroup's
+	// processes are the runtime's own (gVisor).
 	NoStrays bool
 }
 
@@ -33,6 +34,8 @@ type Sample struct {
 	OOMKills int64
 	CPU      time.Duration
 	Peak     int64
+	// PIDsMax counts the forks refused by the pids limit (pids.events).
+	PIDsMax int64
 }
 
 // FindCgroup locates the cgroup of the task whose init has host pid pid.
@@ -57,6 +60,8 @@ func FindCgroup(pid int) *Cgroup {
 				cg.memory = filepath.Join("/sys/fs/cgroup/memory", path)
 			case "cpuacct":
 				cg.cpu = filepath.Join("/sys/fs/cgroup", parts[1], path)
+			case "pids":
+				cg.pids = filepath.Join("/sys/fs/cgroup", parts[1], path)
 			}
 		}
 		if parts[0] == "0" && parts[1] == "" && cg.memory == "" {
@@ -68,6 +73,9 @@ func FindCgroup(pid int) *Cgroup {
 	}
 	if cg.v2 && cg.cpu != "" { // hybrid: v1 memory wins
 		cg.v2 = false
+	}
+	if cg.v2 {
+		cg.pids = cg.memory
 	}
 	if _, err := os.Stat(cg.memory); err != nil {
 		return nil
@@ -85,14 +93,24 @@ func (c *Cgroup) Sample() Sample {
 		s.OOMKills = keyed(filepath.Join(c.memory, "memory.events"), "oom_kill")
 		s.CPU = time.Duration(keyed(filepath.Join(c.memory, "cpu.stat"), "usage_usec")) * time.Microsecond
 		s.Peak = single(filepath.Join(c.memory, "memory.peak"))
+		s.PIDsMax = c.pidsMax()
 		return s
 	}
+	s.PIDsMax = c.pidsMax()
 	s.OOMKills = keyed(filepath.Join(c.memory, "memory.oom_control"), "oom_kill")
 	s.Peak = single(filepath.Join(c.memory, "memory.max_usage_in_bytes"))
 	if c.cpu != "" {
 		s.CPU = time.Duration(single(filepath.Join(c.cpu, "cpuacct.usage")))
 	}
 	return s
+}
+
+// pidsMax is the pids.events "max" counter, 0 without one.
+func (c *Cgroup) pidsMax() int64 {
+	if c.pids == "" {
+		return 0
+	}
+	return keyed(filepath.Join(c.pids, "pids.events"), "max")
 }
 
 // KillStrays kills the processes of the container that left the agent's

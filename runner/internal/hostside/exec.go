@@ -77,8 +77,9 @@ func ExecRequest(p runner.Process, limits runner.Limits, mode runner.WorkspaceMo
 
 // ExecResult turns the agent's result of req into the runner's: output
 // capped at limits, the exit code of a signal, and, with a readable cgroup
-// cg, OOM kills and usage from its samples before and after the Exec.
-func ExecResult(ar agent.ExecResult, req agent.ExecRequest, limits runner.Limits, cg *Cgroup, before, after Sample) runner.Result {
+// watched by w (nil: none), OOM kills, a fork loop and usage from its
+// samples before and after the Exec.
+func ExecResult(ar agent.ExecResult, req agent.ExecRequest, limits runner.Limits, w *ExecWatch) runner.Result {
 	res := runner.Result{
 		ExitCode:        ar.ExitCode,
 		Signal:          signalName(ar.Signal),
@@ -107,9 +108,10 @@ func ExecResult(ar agent.ExecResult, req agent.ExecRequest, limits runner.Limits
 	// (agent.ServerOptions.CgroupUsage), if it has one.
 	res.OOMKilled = ar.OOMKilled
 	res.Usage = runner.Usage{CPU: ar.CPU, PeakMemory: ar.PeakMemory}
-	if cg != nil {
-		res.OOMKilled = res.Signal == "SIGKILL" && !res.TimedOut && after.OOMKills > before.OOMKills
-		res.Usage = runner.Usage{CPU: after.CPU - before.CPU, PeakMemory: after.Peak}
+	if w != nil && w.cg != nil {
+		res.OOMKilled = res.Signal == "SIGKILL" && !res.TimedOut && w.After.OOMKills > w.Before.OOMKills
+		res.ForkLoop = ar.Killed && w.ForkLoop()
+		res.Usage = runner.Usage{CPU: w.After.CPU - w.Before.CPU, PeakMemory: w.After.Peak}
 	}
 	return res
 }
