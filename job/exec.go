@@ -44,7 +44,7 @@ func (s *Service) worker() {
 		<-s.slots
 		s.m.queueDepth.Dec()
 		s.run(e)
-		s.sched.done(e.tenant())
+		s.sched.done(e.tenant(), e.forkLooped())
 		if e.claimed {
 			s.rep.busy.Add(-1)
 			s.rep.poke()

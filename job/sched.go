@@ -21,6 +21,13 @@ import (
 //     A tenant that had nothing queued joins at the current virtual time:
 //     idling earns no credit, and its first job goes ahead of a busy
 //     tenant's backlog.
+//   - A tenant whose job was killed for a fork loop has its cap halved (at
+//     least 1), and each of its jobs that ends otherwise gives one back, up
+//     to the configured cap (additive increase, multiplicative decrease).
+//     A storm of refused forks stalls process creation host-wide (README,
+//     "Fork loops are killed"); the kill bounds one storm, and the halving
+//     bounds how many a tenant that resubmits them at once keeps going
+//     (one at a time, while they keep being killed).
 //
 // It does no admission (Service.slots bounds the queued jobs).
 //
@@ -48,7 +55,8 @@ type tenantQueue struct {
 	running int
 	pass    uint64
 	weight  int
-	cap     int
+	cap     int // configured
+	allowed int // the cap in force: cap, halved by each fork-loop kill
 }
 
 type schedItem struct {
@@ -75,6 +83,7 @@ func (s *scheduler) tenant(name string) *tenantQueue {
 		if t.cap <= 0 {
 			t.cap = s.defCap
 		}
+		t.allowed = t.cap
 		s.tenants[name] = t
 	}
 	return t
@@ -100,7 +109,7 @@ func (s *scheduler) push(e *entry) {
 func (s *scheduler) pick() *tenantQueue {
 	var best *tenantQueue
 	for _, t := range s.tenants {
-		if len(t.q) == 0 || t.running >= t.cap {
+		if len(t.q) == 0 || t.running >= t.allowed {
 			continue
 		}
 		if best == nil || t.pass < best.pass || (t.pass == best.pass && t.q[0].seq < best.q[0].seq) {
@@ -135,7 +144,9 @@ func (s *scheduler) next() *entry {
 }
 
 // done ends a job that next returned: its tenant may start another.
-func (s *scheduler) done(tenant string) {
+// forkLoop says the job was killed for a fork loop: the tenant's cap in
+// force halves, where any other end gives one back.
+func (s *scheduler) done(tenant string, forkLoop bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tenants[tenant]
@@ -143,7 +154,22 @@ func (s *scheduler) done(tenant string) {
 		return
 	}
 	t.running--
+	if forkLoop {
+		t.allowed = max(t.allowed/2, 1)
+	} else if t.allowed < t.cap {
+		t.allowed++
+	}
 	s.cond.Signal() // one slot: at most one job more may start
+}
+
+// allowed is the tenant's cap in force (tests).
+func (s *scheduler) allowed(tenant string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.tenants[tenant]; t != nil {
+		return t.allowed
+	}
+	return 0
 }
 
 // close wakes every waiting next (which returns nil); queued jobs stay

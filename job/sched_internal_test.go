@@ -19,7 +19,7 @@ func order(s *scheduler, n int) string {
 	for range n {
 		e := s.next()
 		ids = append(ids, e.job.ID)
-		s.done(e.job.Tenant)
+		s.done(e.job.Tenant, false)
 	}
 	return strings.Join(ids, " ")
 }
@@ -55,7 +55,7 @@ func TestSchedulerWeights(t *testing.T) {
 	for range 30 {
 		e := s.next()
 		n[e.job.Tenant]++
-		s.done(e.job.Tenant)
+		s.done(e.job.Tenant, false)
 	}
 	if n["gold"] != 20 || n["plain"] != 10 {
 		t.Fatalf("started %v, want gold 20 plain 10", n)
@@ -89,7 +89,7 @@ func TestSchedulerCaps(t *testing.T) {
 		t.Fatalf("started %s past the caps", e.job.ID)
 	case <-time.After(50 * time.Millisecond):
 	}
-	s.done("one")
+	s.done("one", false)
 	select {
 	case e := <-got:
 		if e.job.ID != "one-1" {
@@ -177,7 +177,7 @@ func TestSchedulerPushWakesOne(t *testing.T) {
 	for i := range 3 {
 		s.push(schedEntry("a", i))
 		<-got
-		s.done("a")
+		s.done("a", false)
 	}
 	time.Sleep(50 * time.Millisecond)
 	s.mu.Lock()
@@ -186,5 +186,69 @@ func TestSchedulerPushWakesOne(t *testing.T) {
 	s.close()
 	if wakes > 6 { // a push wakes one worker, a done at most one more
 		t.Fatalf("%d wake-ups for 3 jobs and 16 idle workers", wakes)
+	}
+}
+
+// A tenant whose jobs are killed for fork loops runs fewer at once: each
+// kill halves its cap in force (down to 1, never 0), each other end gives
+// one back, up to the configured cap. The other tenants keep theirs.
+func TestSchedulerForkLoopHalvesCap(t *testing.T) {
+	s := newScheduler(8, nil)
+	for i := range 40 {
+		s.push(schedEntry("noisy", i))
+	}
+	s.push(schedEntry("quiet", 0))
+	start := func(n int) {
+		t.Helper()
+		for range n {
+			if e := s.next(); e == nil || e.job.Tenant != "noisy" {
+				t.Fatalf("started %v, want a noisy job", e)
+			}
+		}
+	}
+	if e := s.next(); e.job.Tenant != "noisy" {
+		t.Fatalf("first start %s", e.job.ID)
+	}
+	if e := s.next(); e.job.Tenant != "quiet" { // the quiet tenant's one job goes ahead of the backlog
+		t.Fatalf("second start %s", e.job.ID)
+	}
+	start(7) // noisy at its cap of 8
+	for _, want := range []int{4, 2, 1, 1} {
+		s.done("noisy", true)
+		if got := s.allowed("noisy"); got != want {
+			t.Fatalf("after a fork-loop kill: allowed %d, want %d", got, want)
+		}
+	}
+	// 4 noisy jobs still run, over the cap of 1: none starts until they
+	// end, and each normal end gives one back.
+	got := make(chan *entry)
+	go func() { got <- s.next() }()
+	select {
+	case e := <-got:
+		t.Fatalf("started %s past the halved cap", e.job.ID)
+	case <-time.After(50 * time.Millisecond):
+	}
+	for range 3 {
+		s.done("noisy", false) // running 3, 2, 1; allowed 2, 3, 4
+	}
+	if e := <-got; e.job.Tenant != "noisy" {
+		t.Fatalf("started %s", e.job.ID)
+	}
+	if s.allowed("noisy") != 4 || s.running("noisy") != 2 {
+		t.Fatalf("allowed %d running %d, want 4 and 2", s.allowed("noisy"), s.running("noisy"))
+	}
+	start(2)
+	for range 20 {
+		s.done("noisy", false)
+		if s.running("noisy") < 4 {
+			start(1)
+		}
+	}
+	if s.allowed("noisy") != 8 {
+		t.Fatalf("allowed %d after normal ends, want the configured 8", s.allowed("noisy"))
+	}
+	s.done("quiet", false)
+	if s.allowed("quiet") != 8 {
+		t.Fatalf("quiet tenant's cap %d", s.allowed("quiet"))
 	}
 }

@@ -140,6 +140,14 @@ func (e *entry) tenant() string {
 	return e.job.Tenant
 }
 
+// forkLooped: the job's process was killed for a fork loop (scheduler.done).
+func (e *entry) forkLooped() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.job.Result
+	return r != nil && r.Process != nil && r.Process.ForkLoop
+}
+
 func (e *entry) snapshot() *Job {
 	e.mu.Lock()
 	defer e.mu.Unlock()
